@@ -1,0 +1,1 @@
+"""Data shipped with tagjit: tool-call formats (formats/*.json) and example configurations."""

@@ -1,0 +1,187 @@
+"""The compile service: one per tokenizer, shared by every request, with caches and a JIT pool."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Sequence
+
+import xgrammar as xgr
+
+from . import metrics
+from .cache import DiskCache, LRUCache
+from .errors import CompileLimitError, ConstraintError
+from .grammar import Compiled, Grammar
+from .grammars import build_grammar
+from .settings import Settings, get_settings
+from .spec import Constraint, Kind
+from .tokenizer import fingerprint
+
+log = logging.getLogger("tagjit")
+FORMAT_VERSION = "1"
+XGRAMMAR_VERSION = importlib.metadata.version("xgrammar")
+
+
+class CompileService:
+    """Compiles constraints for one tokenizer: validation, caches, a compile pool, JIT grammars."""
+
+    def __init__(self, tokenizer_info: xgr.TokenizerInfo, settings: Settings | None = None,
+                 tokenizer_fingerprint: str | None = None) -> None:
+        self.settings = settings or get_settings()
+        self.tokenizer_info = tokenizer_info
+        self.vocab_size = tokenizer_info.vocab_size
+        self.fingerprint = tokenizer_fingerprint or fingerprint(tokenizer_info)
+        s = self.settings
+        threads = s.xgrammar_threads or max(1, min(8, os.cpu_count() or 1))
+        self.compiler = xgr.GrammarCompiler(tokenizer_info, max_threads=threads, cache_enabled=True,
+                                            cache_limit_bytes=s.cache_bytes)
+        # Settings that change the grammar are part of every key; key order is never touched.
+        self._salt = "|".join([FORMAT_VERSION, XGRAMMAR_VERSION, self.fingerprint, str(s.max_whitespace),
+                               str(s.strict_mode), str(s.any_order_default)])
+        self.memory: LRUCache[Compiled] = LRUCache(s.cache_bytes, lambda c: c.nbytes)
+        self.disk = DiskCache(s.disk_cache_dir, self._salt) if s.disk_cache_dir else None
+        self._validated: LRUCache[bool] = LRUCache(64 * 1024, lambda _: 1)
+        self._pool = ThreadPoolExecutor(max_workers=max(1, s.compile_threads), thread_name_prefix="tagjit-compile")
+        self._inflight: dict[str, Future[Compiled]] = {}
+        self._lock = threading.Lock()
+        self._ms_per_kb = 2.0  # running estimate of compile cost, updated on every miss
+
+    # -- keys and validation -----------------------------------------------------------------
+    def key(self, constraint: Constraint) -> str:
+        """The content address of a constraint under this tokenizer and these settings."""
+        return constraint.key(self._salt)
+
+    def validate(self, constraint: Constraint) -> None:
+        """Raise ConstraintError if the constraint is invalid or unenforceable (no vocabulary work)."""
+        key = self.key(constraint)
+        if key in self.memory or self._validated.get(key):
+            return
+        build_grammar(constraint, self.settings)
+        self._validated.put(key, True)
+
+    # -- compiling ---------------------------------------------------------------------------
+    def cached(self, constraint: Constraint) -> Compiled | None:
+        """The compiled constraint if it is in memory (no work, no waiting)."""
+        return self.memory.get(self.key(constraint))
+
+    def submit(self, constraint: Constraint) -> "Future[Compiled]":
+        """Start compiling on the pool (or return the finished/in-flight result)."""
+        key = self.key(constraint)
+        hit = self.memory.get(key)
+        if hit is not None:
+            metrics.CACHE.labels("memory", "hit").inc()
+            done: Future[Compiled] = Future()
+            done.set_result(hit)
+            return done
+        with self._lock:
+            fut = self._inflight.get(key)
+            if fut is not None:
+                metrics.CACHE.labels("inflight", "hit").inc()
+                return fut
+            metrics.CACHE.labels("memory", "miss").inc()
+            fut = self._pool.submit(self._compile, constraint, key)
+            self._inflight[key] = fut
+        fut.add_done_callback(lambda _f, k=key: self._forget(k))
+        return fut
+
+    def _forget(self, key: str) -> None:
+        with self._lock:
+            self._inflight.pop(key, None)
+
+    def compile(self, constraint: Constraint) -> Compiled:
+        """Compile (or fetch) a constraint, waiting at most the configured compile time limit."""
+        fut = self.submit(constraint)
+        try:
+            return fut.result(timeout=self.settings.compile_timeout_s)
+        except TimeoutError:
+            raise CompileLimitError(
+                f"{constraint.kind.value}: grammar did not compile within "
+                f"{self.settings.compile_timeout_s:g} s (TAGJIT_COMPILE_TIMEOUT_S)") from None
+
+    def _compile(self, constraint: Constraint, key: str) -> Compiled:
+        start = time.perf_counter()
+        if self.disk is not None:
+            payload = self.disk.get(key)
+            if payload is not None:
+                try:
+                    cg = xgr.CompiledGrammar.deserialize_json(payload, self.tokenizer_info)
+                    compiled = Compiled(cg, key, (time.perf_counter() - start) * 1000)
+                    self.memory.put(key, compiled)
+                    metrics.CACHE.labels("disk", "hit").inc()
+                    return compiled
+                except Exception as e:  # version skew or corruption: rebuild
+                    log.warning("tagjit: unusable grammar cache entry %s (%s); rebuilding", key[:12], e)
+                    self.disk.corrupt += 1
+                    self.disk.discard(key)
+            metrics.CACHE.labels("disk", "miss").inc()
+        try:
+            grammar, filter_spec = build_grammar(constraint, self.settings)
+            cg = self.compiler.compile_grammar(grammar)
+        except ConstraintError:
+            metrics.ERRORS.labels(constraint.kind.value).inc()
+            raise
+        ms = (time.perf_counter() - start) * 1000
+        compiled = Compiled(cg, key, ms, filter_spec=filter_spec)
+        metrics.COMPILE_MS.labels(constraint.kind.value).observe(ms)
+        kb = max(1.0, len(constraint.source) / 1024)
+        self._ms_per_kb = 0.8 * self._ms_per_kb + 0.2 * (ms / kb)
+        self.memory.put(key, compiled)
+        if self.disk is not None and filter_spec is None:
+            self.disk.put(key, cg.serialize_json())
+        return compiled
+
+    def estimate_ms(self, constraint: Constraint) -> float:
+        """Expected compile time of a constraint not yet cached (from recent compiles)."""
+        return self._ms_per_kb * max(1.0, len(constraint.source) / 1024)
+
+    # -- grammars for requests ---------------------------------------------------------------
+    def grammar(self, constraint: Constraint, stop_token_ids: Sequence[int] | None = None,
+                reasoning_end_ids: Sequence[int] | None = None) -> Grammar:
+        """A ready grammar for one request (blocks until compiled; raises ConstraintError)."""
+        return Grammar(self.compile(constraint), stop_token_ids=stop_token_ids, vocab_size=self.vocab_size,
+                       reasoning_end_ids=reasoning_end_ids)
+
+    def jit_grammar(self, constraint: Constraint, stop_token_ids: Sequence[int] | None = None,
+                    reasoning_end_ids: Sequence[int] | None = None) -> Grammar:
+        """A grammar that compiles in the background; its first mask waits for what is missing."""
+        return Grammar(self.submit(constraint), stop_token_ids=stop_token_ids, vocab_size=self.vocab_size,
+                       wait_timeout_s=self.settings.compile_timeout_s, reasoning_end_ids=reasoning_end_ids)
+
+    def warmup(self, constraints: Sequence[Constraint]) -> int:
+        """Compile constraints ahead of traffic; returns how many compiled (bad ones are logged)."""
+        ok = 0
+        for c in constraints:
+            try:
+                self.compile(c)
+                ok += 1
+            except ConstraintError as e:
+                log.warning("tagjit: warm-up constraint skipped: %s", e)
+        return ok
+
+    def close(self) -> None:
+        """Stop the compile pool."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+_services: dict[tuple[str, Settings], CompileService] = {}
+_services_lock = threading.Lock()
+
+
+def service_for(tokenizer_info: xgr.TokenizerInfo, settings: Settings | None = None) -> CompileService:
+    """The process-wide compile service for a tokenizer (one compiler per tokenizer)."""
+    settings = settings or get_settings()
+    fp = fingerprint(tokenizer_info)
+    with _services_lock:
+        svc = _services.get((fp, settings))
+        if svc is None:
+            svc = _services[(fp, settings)] = CompileService(tokenizer_info, settings, fp)
+        return svc
+
+
+def constraint(kind: Kind | str, source: object) -> Constraint:
+    """Shorthand for ``Constraint.of``."""
+    return Constraint.of(kind, source)

@@ -1,0 +1,267 @@
+"""The per-request grammar state: accept, validate, rollback, fill the token bitmask."""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+import torch
+import xgrammar as xgr
+
+from . import metrics
+
+log = logging.getLogger("tagjit")
+
+
+class TokenFilter(Protocol):
+    """State kept beside the grammar that removes tokens a context-free grammar cannot exclude."""
+
+    def accept(self, token_id: int) -> bool:
+        """Advance by one token; False if the token is not allowed."""
+
+    def rollback(self, num_tokens: int) -> None:
+        """Undo the last num_tokens accepted tokens."""
+
+    def restrict(self, bitmask: torch.Tensor, index: int) -> None:
+        """Clear the bits of tokens this filter forbids in row index."""
+
+    def reset(self) -> None:
+        """Return to the initial state."""
+
+
+class FilterSpec(Protocol):
+    """Makes a fresh TokenFilter for each request using a compiled grammar."""
+
+    def new(self) -> TokenFilter:
+        """A filter in its initial state."""
+
+
+@dataclass
+class Compiled:
+    """A compiled constraint, shared (read-only) by every request that uses it."""
+
+    grammar: xgr.CompiledGrammar
+    key: str
+    compile_ms: float
+    filter_spec: FilterSpec | None = None
+    nbytes: int = field(default=0)
+
+    def __post_init__(self) -> None:
+        if not self.nbytes:
+            self.nbytes = int(self.grammar.memory_size_bytes)
+
+
+class Grammar:
+    """A request's position in its constraint.
+
+    Built from a finished ``Compiled`` or from a ``Future`` of one (JIT): then nothing blocks
+    until the first call that needs the grammar, and a token mask is only ever computed from
+    the finished grammar. If the compile failed, the grammar allows only stop tokens, so the
+    request ends at once instead of generating unconstrained text.
+    """
+
+    def __init__(self, compiled: Compiled | "Future[Compiled]", *, stop_token_ids: Sequence[int] | None = None,
+                 vocab_size: int, wait_timeout_s: float | None = None,
+                 reasoning_end_ids: Sequence[int] | None = None) -> None:
+        self._source = compiled
+        self._stop_token_ids = list(stop_token_ids) if stop_token_ids else None
+        self.vocab_size = vocab_size
+        self._wait_timeout_s = wait_timeout_s
+        self._reasoning_end = list(reasoning_end_ids) if reasoning_end_ids else None
+        self._matcher: xgr.GrammarMatcher | None = None
+        self._filter: TokenFilter | None = None
+        self.error: BaseException | None = None
+        self.waited_ms = 0.0
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        self._terminated = False
+        self.num_processed_tokens = 0
+        # One entry per accepted token: (fed to the matcher?, reasoning progress before it).
+        self._history: list[tuple[bool, int]] = []
+        self._reasoning_progress = 0 if self._reasoning_end else -1  # -1: constrained
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def ready(self) -> bool:
+        """Whether the grammar is compiled (never blocks)."""
+        return self._matcher is not None or self.error is not None or not isinstance(self._source, Future) \
+            or self._source.done()
+
+    def _ensure(self) -> xgr.GrammarMatcher | None:
+        if self._matcher is not None or self.error is not None:
+            return self._matcher
+        compiled = self._source
+        if isinstance(compiled, Future):
+            start = time.perf_counter()
+            done = compiled.done()
+            try:
+                compiled = compiled.result(timeout=self._wait_timeout_s)
+            except BaseException as e:  # compile error, limit, cancellation
+                self.error = e
+                log.error("tagjit: grammar unavailable (%s); the request may only stop", e)
+                return None
+            finally:
+                if not done:
+                    self.waited_ms = (time.perf_counter() - start) * 1000
+                metrics.JIT_WAIT_MS.observe(self.waited_ms)
+        self.compiled = compiled
+        self._matcher = xgr.GrammarMatcher(compiled.grammar, override_stop_tokens=self._stop_token_ids)
+        self._filter = compiled.filter_spec.new() if compiled.filter_spec is not None else None
+        return self._matcher
+
+    def copy(self) -> "Grammar":
+        """A fresh, un-advanced grammar over the same compiled constraint."""
+        return Grammar(self._source, stop_token_ids=self._stop_token_ids, vocab_size=self.vocab_size,
+                       wait_timeout_s=self._wait_timeout_s, reasoning_end_ids=self._reasoning_end)
+
+    # -- advancing ---------------------------------------------------------------------------
+    def accept_token(self, token: int) -> bool:
+        """Advance by one token; False (state unchanged) if the grammar forbids it."""
+        if self._terminated:
+            return False
+        if self._reasoning_progress >= 0:
+            before = self._reasoning_progress
+            end = self._reasoning_end
+            assert end is not None
+            if token == end[before]:
+                progress = before + 1
+            else:
+                progress = 1 if token == end[0] else 0
+            self._reasoning_progress = -1 if progress == len(end) else progress
+            self._history.append((False, before))
+            self.num_processed_tokens += 1
+            return True
+        matcher = self._ensure()
+        if matcher is None:
+            ok = self._stop_token_ids is not None and token in self._stop_token_ids
+            if ok:
+                self._terminated = True
+            return ok
+        if self._filter is not None and not self._filter.accept(token):
+            return False
+        if not matcher.accept_token(token):
+            if self._filter is not None:
+                self._filter.rollback(1)
+            return False
+        self._history.append((True, -1))
+        self.num_processed_tokens += 1
+        self._terminated = matcher.is_terminated()
+        return True
+
+    def accept_tokens(self, tokens: Sequence[int]) -> bool:
+        """Advance by each token in turn; tokens after termination are ignored."""
+        for token in tokens:
+            if self._terminated:
+                return True
+            if not self.accept_token(token):
+                return False
+        return True
+
+    def validate_tokens(self, tokens: Sequence[int]) -> list[int]:
+        """The longest accepted prefix of tokens, without advancing."""
+        accepted: list[int] = []
+        for token in tokens:
+            if self._terminated or not self.accept_token(token):
+                break
+            accepted.append(token)
+        if accepted:
+            self.rollback(len(accepted))
+        return accepted
+
+    def accept_string(self, text: str | bytes) -> bool:
+        """Advance by raw text (CLI and tests); False if the grammar forbids it."""
+        matcher = self._ensure()
+        if matcher is None:
+            return False
+        if self._filter is not None:
+            raise NotImplementedError("text checks of filtered grammars go through tokens")
+        return matcher.accept_string(text)
+
+    def rollback(self, num_tokens: int) -> None:
+        """Undo the last num_tokens accepted tokens."""
+        if num_tokens <= 0:
+            return
+        if num_tokens > len(self._history):
+            raise ValueError(f"cannot roll back {num_tokens} tokens, only {len(self._history)} accepted")
+        fed = 0
+        for _ in range(num_tokens):
+            was_fed, progress = self._history.pop()
+            if was_fed:
+                fed += 1
+            else:
+                self._reasoning_progress = progress
+        if fed and self._matcher is not None:
+            self._matcher.rollback(fed)
+            if self._filter is not None:
+                self._filter.rollback(fed)
+        self.num_processed_tokens -= num_tokens
+        self._terminated = self._matcher.is_terminated() if self._matcher is not None else False
+
+    def reset(self) -> None:
+        """Return to the initial state."""
+        if self._matcher is not None:
+            self._matcher.reset()
+        if self._filter is not None:
+            self._filter.reset()
+        self._reset_state()
+
+    # -- masks -------------------------------------------------------------------------------
+    def fill_bitmask(self, bitmask: torch.Tensor, index: int) -> None:
+        """Write the allowed-token bitmask (bit set = allowed) into row index."""
+        if self._reasoning_progress >= 0:
+            bitmask[index].fill_(-1)
+            return
+        matcher = self._ensure()
+        start = time.perf_counter()
+        if matcher is None:
+            bitmask[index].fill_(0)
+            for t in self._stop_token_ids or ():
+                bitmask[index, t // 32] |= _bit(t % 32)
+            return
+        matcher.fill_next_token_bitmask(bitmask, index)
+        if self._filter is not None:
+            self._filter.restrict(bitmask, index)
+        metrics.MASK_FILL_US.observe((time.perf_counter() - start) * 1e6)
+
+    def is_terminated(self) -> bool:
+        """Whether a stop token ended the constrained output."""
+        return self._terminated
+
+    def is_completed(self) -> bool:
+        """Whether the text so far is a complete match (a stop token may come next)."""
+        matcher = self._ensure()
+        return matcher is not None and (self._terminated or matcher.is_completed())
+
+    @property
+    def in_reasoning(self) -> bool:
+        """Whether the output is still inside the free reasoning section."""
+        return self._reasoning_progress >= 0
+
+
+def _bit(i: int) -> int:
+    return (1 << i) if i < 31 else -(1 << 31)
+
+
+def allocate_token_bitmask(rows: int, vocab_size: int) -> torch.Tensor:
+    """A CPU int32 bitmask of rows x ceil(vocab/32), all tokens allowed."""
+    return xgr.allocate_token_bitmask(rows, vocab_size)
+
+
+def allowed_tokens(bitmask: torch.Tensor, index: int, vocab_size: int) -> list[int]:
+    """Token ids whose bit is set in row index (tests, debugging)."""
+    row = bitmask[index].numpy().view("uint32")
+    import numpy as np
+
+    bits = np.unpackbits(row.view(np.uint8), bitorder="little")[:vocab_size]
+    return np.nonzero(bits)[0].tolist()
+
+
+def token_bytes(info: xgr.TokenizerInfo) -> list[bytes]:
+    """Each token's bytes (special tokens included), for walks and filters."""
+    return list(info.decoded_vocab)
+
+
+__all__ = ["Compiled", "Grammar", "TokenFilter", "FilterSpec", "allocate_token_bitmask", "allowed_tokens"]

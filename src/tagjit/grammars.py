@@ -1,0 +1,185 @@
+"""Turning a constraint into an xgrammar Grammar: the vocabulary-independent half of compiling."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from typing import Any, NamedTuple
+
+import xgrammar as xgr
+
+from . import schema as schema_mod
+from .errors import ConstraintError
+from .settings import Settings
+from .spec import Constraint, Kind
+
+# xgrammar 0.2.8 added max_whitespace_cnt to structural-tag JSON content; 0.2.7 lacks it.
+_TAG_WHITESPACE = "max_whitespace_cnt" in getattr(
+    getattr(xgr, "structural_tag", None), "JSONSchemaFormat", object
+).__dict__.get("model_fields", {})
+
+
+class Built(NamedTuple):
+    """A constraint's grammar and, where a CFG cannot say everything, a per-request token filter."""
+
+    grammar: xgr.Grammar
+    filter_spec: Any = None
+
+
+def build_grammar(constraint: Constraint, settings: Settings) -> Built:
+    """Build the xgrammar Grammar for a constraint, raising ConstraintError with the reason."""
+    try:
+        built = _BUILDERS[constraint.kind](constraint, settings)
+        return built if isinstance(built, Built) else Built(built)
+    except ConstraintError:
+        raise
+    except RecursionError:
+        raise ConstraintError(f"{constraint.kind.value}: nested too deeply") from None
+    except Exception as e:  # xgrammar raises RuntimeError/ValueError subclasses with the reason
+        raise ConstraintError(f"invalid {constraint.kind.value}: {_first_line(e)}") from None
+
+
+def json_schema_grammar(schema: dict | bool, settings: Settings) -> Built:
+    """Grammar for a checked JSON schema with tagjit's whitespace bound."""
+    schema_mod.check_schema(schema)
+    from . import any_order
+
+    if any_order.wants_any_order(schema, settings.any_order_default):
+        return any_order.build(schema, settings)
+    return Built(xgr.Grammar.from_json_schema(
+        json.dumps(schema),
+        any_whitespace=True,
+        max_whitespace_cnt=settings.max_whitespace,
+        strict_mode=settings.strict_mode,
+    ))
+
+
+def _json(c: Constraint, s: Settings) -> Built:
+    return json_schema_grammar(schema_mod.parse_schema(c.source), s)
+
+
+def _json_object(c: Constraint, s: Settings) -> xgr.Grammar:
+    return xgr.Grammar.from_json_schema('{"type": "object"}', any_whitespace=True,
+                                        max_whitespace_cnt=s.max_whitespace, strict_mode=False)
+
+
+def _regex(c: Constraint, s: Settings) -> xgr.Grammar:
+    if "\x00" in c.source:
+        raise ConstraintError("regex must not contain a NUL character")
+    try:
+        re.compile(c.source)
+    except re.error as e:
+        raise ConstraintError(f"invalid regex: {e}") from None
+    return xgr.Grammar.from_regex(c.source)
+
+
+def _choice(c: Constraint, s: Settings) -> xgr.Grammar:
+    choices = c.parsed()
+    if not isinstance(choices, list) or not choices or not all(isinstance(x, str) for x in choices):
+        raise ConstraintError("choice must be a non-empty list of strings")
+    return xgr.Grammar.from_ebnf("root ::= " + " | ".join(ebnf_string(x) for x in choices))
+
+
+def _grammar(c: Constraint, s: Settings) -> xgr.Grammar:
+    if "::=" in c.source or not looks_like_lark(c.source):
+        return xgr.Grammar.from_ebnf(c.source)
+    return xgr.Grammar.from_lark(c.source)
+
+
+def _structural_tag(c: Constraint, s: Settings) -> xgr.Grammar:
+    tag = c.parsed()
+    if not isinstance(tag, dict):
+        raise ConstraintError("structural_tag must be a JSON object")
+    if "structures" in tag:
+        tag = legacy_to_format(tag)
+    if "format" not in tag:
+        raise ConstraintError("structural_tag needs a 'format' (or legacy 'structures' and 'triggers')")
+    tag = {"type": "structural_tag", "format": _prepare_format(tag["format"], s)}
+    return xgr.Grammar.from_structural_tag(json.dumps(tag))
+
+
+def legacy_to_format(tag: dict) -> dict:
+    """Convert the legacy ``structures``/``triggers`` form to the ``format`` form."""
+    structures, triggers = tag.get("structures"), tag.get("triggers")
+    if not isinstance(structures, list) or not isinstance(triggers, list):
+        raise ConstraintError("legacy structural_tag needs lists 'structures' and 'triggers'")
+    tags = []
+    for i, st in enumerate(structures):
+        if not isinstance(st, dict) or not {"begin", "end"} <= st.keys():
+            raise ConstraintError(f"structural_tag structures[{i}] needs 'begin', 'schema' and 'end'")
+        schema = st.get("schema", {})
+        if isinstance(schema, str):
+            schema = schema_mod.parse_schema(schema)
+        tags.append({"type": "tag", "begin": st["begin"],
+                     "content": {"type": "json_schema", "json_schema": schema}, "end": st["end"]})
+    return {"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": triggers, "tags": tags}}
+
+
+def _prepare_format(node: Any, s: Settings) -> Any:
+    """Check every JSON schema inside a structural tag and bound its whitespace."""
+    if isinstance(node, list):
+        return [_prepare_format(x, s) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _prepare_format(v, s) if k != "json_schema" else v for k, v in node.items()}
+    if node.get("type") == "json_schema":
+        if "json_schema" not in node:
+            raise ConstraintError("structural_tag json_schema format needs a 'json_schema'")
+        schema_mod.check_schema(node["json_schema"])
+        if _TAG_WHITESPACE and s.max_whitespace is not None and "max_whitespace_cnt" not in node:
+            out["max_whitespace_cnt"] = s.max_whitespace
+    return out
+
+
+_BUILDERS = {
+    Kind.JSON: _json,
+    Kind.JSON_OBJECT: _json_object,
+    Kind.REGEX: _regex,
+    Kind.CHOICE: _choice,
+    Kind.GRAMMAR: _grammar,
+    Kind.STRUCTURAL_TAG: _structural_tag,
+}
+
+
+def ebnf_string(text: str) -> str:
+    """Quote a Python string as an EBNF string literal."""
+    out = ['"']
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def looks_like_lark(text: str) -> bool:
+    """Heuristic used by vLLM too: Lark rules are ``name: ...`` and EBNF rules ``name ::= ...``."""
+    return bool(re.search(r"^\s*[?!]?[a-z_][a-z0-9_]*\s*:(?!:=)", text, re.M))
+
+
+def rule_count(grammar: xgr.Grammar) -> int:
+    """Number of rules in the grammar's EBNF."""
+    return sum(1 for line in str(grammar).splitlines() if "::=" in line)
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0][:500] if len(text) > 500 else text
+
+
+def supports_kwarg(fn: Any, name: str) -> bool:
+    """Whether an xgrammar function takes a keyword (APIs differ between 0.2.7 and 0.2.8)."""
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
