@@ -31,12 +31,15 @@ class TokenFilter(Protocol):
     def reset(self) -> None:
         """Return to the initial state."""
 
+    def accept_bytes(self, data: bytes) -> bool:
+        """Advance by raw text (CLI checks); False if the text is not allowed."""
+
 
 class FilterSpec(Protocol):
     """Makes a fresh TokenFilter for each request using a compiled grammar."""
 
-    def new(self) -> TokenFilter:
-        """A filter in its initial state."""
+    def new(self, tokenizer_info: xgr.TokenizerInfo) -> TokenFilter:
+        """A filter in its initial state for this vocabulary."""
 
 
 @dataclass
@@ -109,7 +112,8 @@ class Grammar:
                 metrics.JIT_WAIT_MS.observe(self.waited_ms)
         self.compiled = compiled
         self._matcher = xgr.GrammarMatcher(compiled.grammar, override_stop_tokens=self._stop_token_ids)
-        self._filter = compiled.filter_spec.new() if compiled.filter_spec is not None else None
+        spec = compiled.filter_spec
+        self._filter = spec.new(compiled.grammar.tokenizer_info) if spec is not None else None
         return self._matcher
 
     def copy(self) -> "Grammar":
@@ -176,9 +180,10 @@ class Grammar:
         matcher = self._ensure()
         if matcher is None:
             return False
-        if self._filter is not None:
-            raise NotImplementedError("text checks of filtered grammars go through tokens")
-        return matcher.accept_string(text)
+        data = text.encode() if isinstance(text, str) else text
+        if self._filter is not None and not self._filter.accept_bytes(data):
+            return False
+        return matcher.accept_string(data)
 
     def rollback(self, num_tokens: int) -> None:
         """Undo the last num_tokens accepted tokens."""
