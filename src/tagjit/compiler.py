@@ -182,6 +182,24 @@ def service_for(tokenizer_info: xgr.TokenizerInfo, settings: Settings | None = N
         return svc
 
 
+_validated: LRUCache[bool] = LRUCache(64 * 1024, lambda _: 1)
+
+
+def validate(constraint: Constraint, settings: Settings | None = None) -> None:
+    """Check a constraint without a tokenizer (API-server side); raises ConstraintError with the reason."""
+    settings = settings or get_settings()
+    key = constraint.key(f"{FORMAT_VERSION}|{XGRAMMAR_VERSION}|{settings.max_whitespace}|{settings.strict_mode}"
+                         f"|{settings.any_order_default}")
+    if _validated.get(key):
+        return
+    try:
+        build_grammar(constraint, settings)
+    except ConstraintError:
+        metrics.ERRORS.labels(constraint.kind.value).inc()
+        raise
+    _validated.put(key, True)
+
+
 def constraint(kind: Kind | str, source: object) -> Constraint:
     """Shorthand for ``Constraint.of``."""
     return Constraint.of(kind, source)

@@ -1,0 +1,91 @@
+"""Start a real ``vllm serve`` on 127.0.0.1 with a tiny random model, for tests, demo and benchmarks."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from typing import Iterator
+
+from tiny_model import build
+
+MODEL_DIR = os.environ.get("TAGJIT_TINY_MODEL", os.path.join(tempfile.gettempdir(), "tagjit-tiny-llama"))
+# Tokens made of closing characters, favoured so a random model closes its strings and objects.
+CLOSERS = ('"', "}", "]", '"}', '"]', "}]", "]}", '"}]')
+
+
+def free_port() -> int:
+    """An unused TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def vllm_command() -> list[str]:
+    """The ``vllm`` CLI of the running interpreter's environment."""
+    exe = os.path.join(os.path.dirname(sys.executable), "vllm")
+    return [exe] if os.path.exists(exe) else [sys.executable, "-m", "vllm.entrypoints.cli.main"]
+
+
+@contextlib.contextmanager
+def vllm_server(backend: str = "tagjit", *extra: str, model_dir: str | None = None, env: dict | None = None,
+                log_path: str | None = None, timeout_s: float = 300.0) -> Iterator[str]:
+    """Run ``vllm serve`` with a structured-output backend; yields the base URL (``http://127.0.0.1:PORT``)."""
+    model = model_dir or build(MODEL_DIR)
+    port = free_port()
+    cmd = [*vllm_command(), "serve", model, "--host", "127.0.0.1", "--port", str(port),
+           "--served-model-name", "tiny", "--max-model-len", "4096", "--max-num-seqs", "16",
+           "--dtype", "bfloat16", "--structured-outputs-config.backend", backend, *extra]
+    full_env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "INFO",
+                "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
+    log = open(log_path, "w") if log_path else tempfile.NamedTemporaryFile("w", prefix="vllm-", suffix=".log",
+                                                                          delete=False)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"vllm serve exited with {proc.returncode}; log: {log.name}\n" + _tail(log.name))
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"vllm serve not healthy after {timeout_s:.0f} s; log: {log.name}\n"
+                                   + _tail(log.name))
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+        log.close()
+
+
+def _tail(path: str, n: int = 60) -> str:
+    with open(path, errors="replace") as f:
+        return "".join(f.readlines()[-n:])
+
+
+def closer_bias(tokenizer_dir: str | None = None, strength: float = 6.0) -> dict[str, float]:
+    """``logit_bias`` favouring tokens made only of closing characters (same for every backend)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir or build(MODEL_DIR))
+    bias: dict[str, float] = {}
+    for text, idx in tok.get_vocab().items():
+        clean = text.replace("▁", "")
+        if clean and clean in CLOSERS:
+            bias[str(idx)] = strength
+    return bias

@@ -1,0 +1,64 @@
+"""vLLM general plugin: makes ``--structured-outputs-config.backend tagjit`` a real backend.
+
+vLLM 0.32 has no registry of structured-output backends, so this plugin patches three places,
+idempotently, in every process vLLM starts (``vllm.general_plugins`` runs in the CLI, each API
+server, the engine core and the workers):
+
+1. ``StructuredOutputsConfig.backend`` accepts ``"tagjit"`` (its Literal type, then a pydantic rebuild).
+2. ``SamplingParams._validate_structured_outputs``: requests are validated by tagjit in the API
+   server, so a bad schema, regex, grammar or tag is an HTTP 400 before it reaches the engine.
+3. ``StructuredOutputManager.grammar_init``: creates tagjit's backend and lets the JIT policy put
+   the request into prefill at once while its grammar compiles.
+"""
+
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger("tagjit")
+
+NAME = "tagjit"
+SUPPORTED = ((0, 32),)  # vLLM minor versions whose internals these patches were written against
+_installed = False
+
+
+def _version_ok() -> bool:
+    try:
+        import vllm
+    except ImportError:
+        return False
+    parts = str(getattr(vllm, "__version__", "0.0")).split(".")
+    try:
+        major_minor = (int(parts[0]), int(parts[1]))
+    except (ValueError, IndexError):
+        major_minor = (0, 0)
+    if major_minor not in SUPPORTED:
+        log.warning("tagjit: vLLM %s is outside the supported range (0.32.x); tagjit stays off",
+                    getattr(vllm, "__version__", "?"))
+        return False
+    return True
+
+
+def register() -> None:
+    """Entry point of ``vllm.general_plugins``: install tagjit into this vLLM process."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    if not _version_ok():
+        return
+    try:
+        from . import patches
+
+        patches.install()
+    except Exception:  # never take vLLM down: the other backends keep working
+        log.exception("tagjit: could not install into vLLM; tagjit stays off")
+        return
+    for optional in ("apply", "tools"):
+        try:
+            module = __import__(f"{__name__}.{optional}", fromlist=["install"])
+            module.install()
+        except ImportError:
+            pass
+        except Exception:
+            log.exception("tagjit: could not install %s hooks; continuing without them", optional)

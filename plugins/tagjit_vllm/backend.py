@@ -1,0 +1,166 @@
+"""tagjit as a vLLM V1 structured-output backend: thin translation onto tagjit's core."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from vllm.v1.structured_output.backend_types import (
+    StructuredOutputBackend,
+    StructuredOutputGrammar,
+    StructuredOutputOptions,
+)
+
+import tagjit
+from tagjit.grammar import allocate_token_bitmask
+from tagjit.jit import JitPolicy
+from tagjit.spec import Constraint, Kind
+
+if TYPE_CHECKING:
+    from vllm.v1.request import Request
+
+log = logging.getLogger("tagjit")
+
+KINDS: dict[StructuredOutputOptions, Kind] = {
+    StructuredOutputOptions.JSON: Kind.JSON,
+    StructuredOutputOptions.JSON_OBJECT: Kind.JSON_OBJECT,
+    StructuredOutputOptions.REGEX: Kind.REGEX,
+    StructuredOutputOptions.CHOICE: Kind.CHOICE,
+    StructuredOutputOptions.GRAMMAR: Kind.GRAMMAR,
+    StructuredOutputOptions.STRUCTURAL_TAG: Kind.STRUCTURAL_TAG,
+}
+
+
+def settings_for(vllm_config: Any) -> tagjit.Settings:
+    """tagjit settings from the environment, with vLLM's disable_any_whitespace honoured."""
+    settings = tagjit.get_settings()
+    so = getattr(vllm_config, "structured_outputs_config", None)
+    if so is not None and getattr(so, "disable_any_whitespace", False):
+        settings = settings.replace(max_whitespace=0)
+    return settings
+
+
+@dataclass
+class TagjitGrammar(StructuredOutputGrammar):
+    """A request's grammar as vLLM sees it; every call goes to the core ``tagjit.Grammar``."""
+
+    grammar: tagjit.Grammar
+    arrived: float = field(default_factory=time.perf_counter)
+    prompt_tokens: int = 0
+    policy: JitPolicy | None = None
+    _first_fill: bool = field(default=True, repr=False)
+
+    def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
+        """Advance by tokens; False if the grammar rejects one."""
+        if self.grammar.accept_tokens(tokens):
+            return True
+        log.error("tagjit: grammar rejected tokens %s for request %s", tokens, request_id)
+        return False
+
+    def validate_tokens(self, tokens: list[int]) -> list[int]:
+        """The accepted prefix of tokens, without advancing."""
+        return self.grammar.validate_tokens(tokens)
+
+    def rollback(self, num_tokens: int) -> None:
+        """Undo the last num_tokens tokens."""
+        self.grammar.rollback(num_tokens)
+
+    def fill_bitmask(self, bitmask: torch.Tensor, batch_index: int) -> None:
+        """Fill row batch_index of vLLM's CPU int32 bitmask."""
+        if self._first_fill:
+            self._first_fill = False
+            if self.policy is not None and self.grammar.ready():
+                self.policy.observe_prefill(self.prompt_tokens, (time.perf_counter() - self.arrived) * 1000)
+        self.grammar.fill_bitmask(bitmask, batch_index)
+
+    def is_terminated(self) -> bool:
+        """Whether a stop token ended the constrained output."""
+        return self.grammar.is_terminated()
+
+    def reset(self) -> None:
+        """Return to the initial state."""
+        self.grammar.reset()
+
+
+@dataclass
+class TagjitBackend(StructuredOutputBackend):
+    """Engine-level backend: one compile service per tokenizer, JIT decisions per request."""
+
+    def __post_init__(self) -> None:
+        self.settings = settings_for(self.vllm_config)
+        info = tagjit.from_huggingface(self.tokenizer, vocab_size=self.vocab_size)
+        self.service = tagjit.service_for(info, self.settings)
+        self.policy = JitPolicy(self.settings)
+        if self.settings.warmup_file:
+            from tagjit.warmup import load_warmup
+
+            n = self.service.warmup(load_warmup(self.settings.warmup_file))
+            log.info("tagjit: warmed up %d constraints from %s", n, self.settings.warmup_file)
+
+    def constraint(self, request_type: StructuredOutputOptions, grammar_spec: str) -> Constraint:
+        """The core constraint for a vLLM request type and spec."""
+        return Constraint.of(KINDS[request_type], grammar_spec)
+
+    def compile_grammar(self, request_type: StructuredOutputOptions, grammar_spec: str,
+                        stop_token_ids: set[int] | None = None) -> StructuredOutputGrammar:
+        """Compile (or fetch) and return a ready grammar (vLLM's synchronous contract)."""
+        grammar = self.service.grammar(self.constraint(request_type, grammar_spec),
+                                       stop_token_ids=sorted(stop_token_ids) if stop_token_ids else None)
+        return TagjitGrammar(grammar)
+
+    def start(self, request: "Request") -> "StructuredOutputGrammar | Future[StructuredOutputGrammar]":
+        """Start compiling for a request: a JIT grammar now, or a future the scheduler waits on."""
+        struct = request.structured_output_request
+        assert struct is not None
+        request_type, spec = struct.structured_output_key
+        c = self.constraint(request_type, spec)
+        stops = sorted(request.sampling_params.all_stop_token_ids) if request.sampling_params else None
+        prompt_tokens = request.num_prompt_tokens
+        cached = self.service.cached(c) is not None
+        if self.policy.overlap(cached=cached, estimate_ms=self.service.estimate_ms(c), prompt_tokens=prompt_tokens):
+            return TagjitGrammar(self.service.jit_grammar(c, stop_token_ids=stops),
+                                 prompt_tokens=prompt_tokens, policy=self.policy)
+        out: Future[StructuredOutputGrammar] = Future()
+
+        def done(f: Future) -> None:
+            try:
+                compiled = f.result()
+            except BaseException as e:
+                if not out.done():
+                    out.set_exception(e)
+                return
+            if not out.done():
+                try:
+                    out.set_result(TagjitGrammar(tagjit.Grammar(compiled, stop_token_ids=stops,
+                                                                vocab_size=self.service.vocab_size)))
+                except Exception:  # the time limit expired first
+                    pass
+
+        self.service.submit(c).add_done_callback(done)
+        limit = self.settings.compile_timeout_s
+
+        def expire() -> None:
+            if not out.done():
+                try:
+                    out.set_exception(tagjit.CompileLimitError(
+                        f"grammar did not compile within {limit:g} s (TAGJIT_COMPILE_TIMEOUT_S)"))
+                except Exception:  # finished in the meantime
+                    pass
+
+        timer = threading.Timer(limit, expire)
+        timer.daemon = True
+        timer.start()
+        out.add_done_callback(lambda _f: timer.cancel())
+        return out
+
+    def allocate_token_bitmask(self, max_num_seqs: int) -> torch.Tensor:
+        """CPU int32 bitmask [max_num_seqs, ceil(vocab/32)], all allowed."""
+        return allocate_token_bitmask(max_num_seqs, self.vocab_size)
+
+    def destroy(self) -> None:
+        """Nothing to free: the compile service is shared per tokenizer."""

@@ -1,0 +1,160 @@
+"""The three vLLM 0.32 patch points (config, frontend validation, engine-core grammar init)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import typing
+from typing import Any
+
+log = logging.getLogger("tagjit")
+NAME = "tagjit"
+
+
+def install() -> None:
+    """Apply every patch (each one is idempotent)."""
+    patch_config()
+    patch_validation()
+    patch_grammar_init()
+
+
+def patch_config() -> None:
+    """Let ``StructuredOutputsConfig.backend`` take "tagjit" (CLI, ``LLM(...)``, direct construction)."""
+    from pydantic.dataclasses import rebuild_dataclass
+    from vllm.config.structured_outputs import StructuredOutputsConfig as cls
+
+    field = cls.__dataclass_fields__["backend"]
+    choices = typing.get_args(field.type)
+    if NAME in choices:
+        return
+    new_type = typing.Literal[(*choices, NAME)]  # type: ignore[valid-type]
+    field.type = new_type
+    cls.__annotations__["backend"] = new_type
+
+    # Its validator allows disable_any_whitespace only for xgrammar/guidance; tagjit honours it too.
+    decorators = cls.__pydantic_decorators__.model_validators
+    for name, dec in decorators.items():
+        if getattr(dec.func, "_tagjit", False):
+            continue
+        original = dec.func
+
+        @functools.wraps(original)
+        def validate(self: Any, _original: Any = original) -> Any:
+            if self.backend == NAME and self.disable_any_whitespace:
+                self.disable_any_whitespace = False
+                try:
+                    return _original(self)
+                finally:
+                    self.disable_any_whitespace = True
+            return _original(self)
+
+        validate._tagjit = True  # type: ignore[attr-defined]
+        dec.func = validate
+    rebuild_dataclass(cls, force=True)
+
+
+def patch_validation() -> None:
+    """Validate tagjit requests in the API server so bad input is an HTTP 400."""
+    from vllm.sampling_params import SamplingParams
+
+    original = SamplingParams._validate_structured_outputs
+    if getattr(original, "_tagjit", False):
+        return
+
+    @functools.wraps(original)
+    def _validate_structured_outputs(self: SamplingParams, model_config: Any, so_config: Any,
+                                     tokenizer: Any) -> None:
+        if so_config is None or so_config.backend != NAME or self.structured_outputs is None:
+            return original(self, model_config, so_config, tokenizer)
+        validate_request(self, model_config, tokenizer)
+
+    _validate_structured_outputs._tagjit = True  # type: ignore[attr-defined]
+    SamplingParams._validate_structured_outputs = _validate_structured_outputs
+
+
+def validate_request(params: Any, model_config: Any, tokenizer: Any) -> None:
+    """tagjit's check of a request's structured-output parameters (raises VLLMValidationError)."""
+    from vllm.exceptions import VLLMValidationError
+
+    import tagjit
+    from tagjit.compiler import validate
+
+    so = params.structured_outputs
+    if getattr(model_config, "is_diffusion", False):
+        raise VLLMValidationError("Structured outputs are not supported for diffusion language models.")
+    if tokenizer is None:
+        raise VLLMValidationError("Structured outputs need a tokenizer; they cannot be used with skip_tokenizer_init")
+    backend = so._backend
+    if backend and backend != NAME:
+        raise VLLMValidationError(
+            f"Request-level structured output backend selection is not supported: the request asked for "
+            f"'{backend}' but the server uses '{NAME}'.")
+    so._backend = NAME
+    try:
+        constraint = request_constraint(so)
+        validate(constraint)
+    except tagjit.ConstraintError as e:
+        raise VLLMValidationError(str(e)) from None
+
+
+def request_constraint(so: Any) -> "Any":
+    """The core Constraint for vLLM's StructuredOutputsParams."""
+    import tagjit
+    from tagjit.spec import Constraint, Kind
+
+    if so.json is not None:
+        if isinstance(so.json, str) and not so.json.strip():
+            raise tagjit.ConstraintError("structured_outputs.json cannot be an empty string")
+        return Constraint.of(Kind.JSON, so.json)
+    if so.json_object is not None:
+        if so.json_object is False:
+            raise tagjit.ConstraintError("structured_outputs.json_object must be true if set")
+        return Constraint.of(Kind.JSON_OBJECT, "")
+    if so.regex is not None:
+        return Constraint.of(Kind.REGEX, so.regex)
+    if so.choice is not None:
+        if isinstance(so.choice, list) and not so.choice:
+            raise tagjit.ConstraintError("structured_outputs.choice cannot be an empty list")
+        return Constraint.of(Kind.CHOICE, so.choice)
+    if so.grammar is not None:
+        if not so.grammar.strip():
+            raise tagjit.ConstraintError("structured_outputs.grammar cannot be an empty string")
+        return Constraint.of(Kind.GRAMMAR, so.grammar)
+    if so.structural_tag is not None:
+        if isinstance(so.structural_tag, str) and not so.structural_tag.strip():
+            raise tagjit.ConstraintError("structured_outputs.structural_tag cannot be an empty string")
+        return Constraint.of(Kind.STRUCTURAL_TAG, so.structural_tag)
+    raise tagjit.ConstraintError("no structured output constraint given")
+
+
+def patch_grammar_init() -> None:
+    """Create tagjit's backend in the engine core and start compiles under the JIT policy."""
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    original = StructuredOutputManager.grammar_init
+    if getattr(original, "_tagjit", False):
+        return
+
+    @functools.wraps(original)
+    def grammar_init(self: StructuredOutputManager, request: Any) -> None:
+        struct = request.structured_output_request
+        if struct is None or request.sampling_params is None \
+                or request.sampling_params.structured_outputs._backend != NAME:
+            return original(self, request)
+        from concurrent.futures import Future
+
+        from .backend import TagjitBackend
+
+        if self.backend is None:
+            self.backend = TagjitBackend(self.vllm_config, tokenizer=self.tokenizer,
+                                         vocab_size=self.vllm_config.model_config.get_vocab_size())
+        try:
+            struct.grammar = self.backend.start(request)
+        except Exception as e:  # reaches the scheduler as this request's compile error
+            log.error("tagjit: request %s: %s", request.request_id, e)
+            failed: Future = Future()
+            failed.set_exception(e)
+            struct.grammar = failed
+
+    grammar_init._tagjit = True  # type: ignore[attr-defined]
+    StructuredOutputManager.grammar_init = grammar_init
