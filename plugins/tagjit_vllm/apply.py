@@ -1,0 +1,131 @@
+"""Route vLLM's token-bitmask application through ``tagjit.bitmask``, keeping vLLM's own as fallback.
+
+Two patch points, both module attributes looked up at call time, so nothing else changes:
+
+* V1 runner: ``vllm/v1/structured_output/utils.py: apply_grammar_bitmask`` calls
+  ``xgr.apply_token_bitmask_inplace`` through its module global ``xgr``. That global becomes a
+  view of xgrammar whose ``apply_token_bitmask_inplace`` is tagjit's (numba on CPU, Triton on GPU);
+  every other attribute is xgrammar's.
+* Model Runner V2: ``vllm/v1/worker/gpu/structured_outputs.py`` launches its module global
+  ``_apply_grammar_bitmask_kernel[grid](...)``. That global becomes a launcher that resolves the
+  (request, position) mapping to logits rows on the device and calls tagjit's Triton kernel.
+
+Calls tagjit does not cover (an explicit ``vocab_size`` or ``backend``, a bitmask narrower than
+the logits for MRV2, an unknown launch option) and any exception go to the original, and the
+first fallback of each kind is logged. Masking is idempotent, so a retry after a partial write is
+still exact.
+"""
+
+from __future__ import annotations
+
+import logging
+import types
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from tagjit.bitmask import apply_token_bitmask_inplace as tagjit_apply
+from tagjit.bitmask import apply_token_bitmask_rows_inplace as tagjit_apply_rows
+
+log = logging.getLogger("tagjit")
+
+# How often each patch point fell back to vLLM's own path ("v1", "mrv2"), for metrics and tests.
+FALLBACKS: Counter[str] = Counter()
+
+
+def install() -> None:
+    """Make vLLM's V1 runner and Model Runner V2 apply bitmasks with tagjit (idempotent)."""
+    _patch_v1_runner()
+    try:
+        _patch_model_runner_v2()
+    except ImportError as exc:  # a vLLM build without Model Runner V2
+        log.debug("tagjit: Model Runner V2 bitmask path not patched: %s", exc)
+
+
+def _fell_back(site: str, reason: object) -> None:
+    if not FALLBACKS[site]:
+        log.warning("tagjit: %s bitmask application fell back to vLLM's own (%s); further "
+                    "fallbacks are counted, not logged", site, reason)
+    FALLBACKS[site] += 1
+
+
+class _Xgrammar(types.ModuleType):
+    """xgrammar as ``vllm.v1.structured_output.utils`` sees it, with tagjit's bitmask application."""
+
+    def __init__(self, original: Any) -> None:
+        super().__init__("xgrammar", "xgrammar with tagjit's apply_token_bitmask_inplace")
+        self.tagjit_original = original
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.tagjit_original, name)
+
+    def apply_token_bitmask_inplace(self, logits: torch.Tensor, bitmask: torch.Tensor, *,
+                                    vocab_size: int | None = None, indices: Any = None,
+                                    backend: str = "auto") -> None:
+        """tagjit's kernel for xgrammar's default call; xgrammar's for anything else or on error."""
+        if vocab_size is None and backend == "auto":
+            try:
+                tagjit_apply(logits, bitmask, indices)
+                return
+            except Exception as exc:
+                _fell_back("v1", exc)
+        else:
+            _fell_back("v1", f"vocab_size={vocab_size}, backend={backend}")
+        self.tagjit_original.apply_token_bitmask_inplace(
+            logits, bitmask, vocab_size=vocab_size, indices=indices, backend=backend)
+
+
+def _patch_v1_runner() -> None:
+    from vllm.v1.structured_output import utils
+
+    if not isinstance(utils.xgr, _Xgrammar):
+        utils.xgr = _Xgrammar(utils.xgr)
+
+
+class _ModelRunnerV2Kernel:
+    """Stands in for MRV2's ``_apply_grammar_bitmask_kernel``: ``kernel[grid](...)`` runs tagjit's."""
+
+    def __init__(self, original: Any) -> None:
+        self.original = original
+
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        def launch(*args: Any, **kwargs: Any) -> None:
+            try:
+                self._apply(grid, *args, **kwargs)
+                return
+            except Exception as exc:
+                _fell_back("mrv2", exc)
+            self.original[grid](*args, **kwargs)
+
+        return launch
+
+    @staticmethod
+    def _apply(grid: Any, logits: torch.Tensor, logits_stride: int, logits_indices: torch.Tensor,
+               cu_num_logits: torch.Tensor, bitmask: torch.Tensor, bitmask_stride: int, vocab_size: int,
+               *, MASK_STRIDE: int, BLOCK_SIZE: int, **launch: Any) -> None:  # noqa: N803 (vLLM's names)
+        if launch or not isinstance(grid, tuple):
+            raise ValueError(f"unexpected launch: grid={grid!r}, options={sorted(launch)}")
+        num_masks = grid[0]
+        if logits.dim() != 2 or logits.stride(0) != logits_stride or bitmask.stride(0) != bitmask_stride:
+            raise ValueError("logits or bitmask strides differ from the ones passed")
+        if vocab_size != logits.shape[1] or 32 * bitmask.shape[1] < vocab_size:
+            # vLLM's kernel masks logits past the bitmask's width; xgrammar's semantics keep them.
+            raise ValueError(f"bitmask width {bitmask.shape[1]} does not cover {vocab_size} logits")
+        # vLLM's kernel, vectorised: mapping = request * MASK_STRIDE + position; the logits row is
+        # cu_num_logits[request] + position, skipped past the request's own logits.
+        mapping = logits_indices[:num_masks].long()
+        request, position = mapping // MASK_STRIDE, mapping % MASK_STRIDE
+        start = cu_num_logits[request].long()
+        count = cu_num_logits[request + 1].long() - start
+        rows = torch.where(position < count, start + position, -1)
+        tagjit_apply_rows(logits, bitmask[:num_masks], rows)
+
+
+def _patch_model_runner_v2() -> None:
+    from vllm.v1.worker.gpu import structured_outputs
+
+    kernel = structured_outputs._apply_grammar_bitmask_kernel
+    if not isinstance(kernel, _ModelRunnerV2Kernel):
+        structured_outputs._apply_grammar_bitmask_kernel = _ModelRunnerV2Kernel(kernel)
