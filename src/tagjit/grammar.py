@@ -264,9 +264,4 @@ def allowed_tokens(bitmask: torch.Tensor, index: int, vocab_size: int) -> list[i
     return np.nonzero(bits)[0].tolist()
 
 
-def token_bytes(info: xgr.TokenizerInfo) -> list[bytes]:
-    """Each token's bytes (special tokens included), for walks and filters."""
-    return list(info.decoded_vocab)
-
-
 __all__ = ["Compiled", "Grammar", "TokenFilter", "FilterSpec", "allocate_token_bitmask", "allowed_tokens"]

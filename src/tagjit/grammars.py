@@ -16,8 +16,7 @@ from .spec import Constraint, Kind
 
 # xgrammar 0.2.8 added max_whitespace_cnt to structural-tag JSON content; 0.2.7 lacks it.
 _TAG_WHITESPACE = "max_whitespace_cnt" in getattr(
-    getattr(xgr, "structural_tag", None), "JSONSchemaFormat", object
-).__dict__.get("model_fields", {})
+    getattr(getattr(xgr, "structural_tag", None), "JSONSchemaFormat", None), "model_fields", {})
 
 
 class Built(NamedTuple):
@@ -47,12 +46,15 @@ def json_schema_grammar(schema: dict | bool, settings: Settings) -> Built:
 
     if any_order.wants_any_order(schema, settings.any_order_default):
         return any_order.build(schema, settings)
-    return Built(xgr.Grammar.from_json_schema(
-        json.dumps(schema),
-        any_whitespace=True,
-        max_whitespace_cnt=settings.max_whitespace,
-        strict_mode=settings.strict_mode,
-    ))
+    return Built(xgr.Grammar.from_json_schema(json.dumps(schema), strict_mode=settings.strict_mode,
+                                              **whitespace_options(settings)))
+
+
+def whitespace_options(settings: Settings) -> dict[str, Any]:
+    """xgrammar's whitespace keywords for tagjit's bound (0 means compact JSON)."""
+    if settings.max_whitespace == 0:
+        return {"any_whitespace": False, "separators": (",", ":")}
+    return {"any_whitespace": True, "max_whitespace_cnt": settings.max_whitespace}
 
 
 def _json(c: Constraint, s: Settings) -> Built:
@@ -60,8 +62,7 @@ def _json(c: Constraint, s: Settings) -> Built:
 
 
 def _json_object(c: Constraint, s: Settings) -> xgr.Grammar:
-    return xgr.Grammar.from_json_schema('{"type": "object"}', any_whitespace=True,
-                                        max_whitespace_cnt=s.max_whitespace, strict_mode=False)
+    return xgr.Grammar.from_json_schema('{"type": "object"}', strict_mode=False, **whitespace_options(s))
 
 
 def _regex(c: Constraint, s: Settings) -> xgr.Grammar:
@@ -127,7 +128,7 @@ def _prepare_format(node: Any, s: Settings) -> Any:
         if "json_schema" not in node:
             raise ConstraintError("structural_tag json_schema format needs a 'json_schema'")
         schema_mod.check_schema(node["json_schema"])
-        if _TAG_WHITESPACE and s.max_whitespace is not None and "max_whitespace_cnt" not in node:
+        if _TAG_WHITESPACE and s.max_whitespace and "max_whitespace_cnt" not in node:
             out["max_whitespace_cnt"] = s.max_whitespace
     return out
 

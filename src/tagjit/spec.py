@@ -47,7 +47,9 @@ class Constraint:
         """The source parsed as JSON (JSON, CHOICE, STRUCTURAL_TAG kinds)."""
         try:
             return json.loads(self.source)
-        except (json.JSONDecodeError, RecursionError) as e:
+        except RecursionError:
+            raise ConstraintError(f"{self.kind.value}: JSON nested too deeply") from None
+        except json.JSONDecodeError as e:
             raise ConstraintError(f"{self.kind.value}: not valid JSON: {e}") from None
 
     def key(self, salt: str = "") -> str:

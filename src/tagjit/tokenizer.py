@@ -117,11 +117,22 @@ def _load_sentencepiece(path: str, vocab_size: int | None) -> xgr.TokenizerInfo:
                              stop_token_ids=stops, add_prefix_space=True)
 
 
+_bytes_cache: dict[int, tuple[xgr.TokenizerInfo, list[bytes]]] = {}
+
+
+def token_bytes(info: xgr.TokenizerInfo) -> list[bytes]:
+    """Each token's bytes, computed once per tokenizer (``decoded_vocab`` rebuilds the list on every access)."""
+    hit = _bytes_cache.get(id(info))
+    if hit is None or hit[0] is not info:
+        hit = _bytes_cache[id(info)] = (info, list(info.decoded_vocab))
+    return hit[1]
+
+
 def fingerprint(info: xgr.TokenizerInfo) -> str:
     """A stable hash of the vocabulary, its type, size and stop tokens (part of every cache key)."""
     h = hashlib.sha256()
     h.update(f"{info.vocab_type}|{info.vocab_size}|{info.add_prefix_space}|{sorted(info.stop_token_ids)}".encode())
-    for token in info.decoded_vocab:
+    for token in token_bytes(info):
         h.update(len(token).to_bytes(4, "little"))
         h.update(token)
     return h.hexdigest()[:32]

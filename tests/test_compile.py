@@ -1,0 +1,149 @@
+"""Compiling each kind of constraint vLLM and SGLang send, and refusing bad ones with the reason."""
+
+import json
+
+import pytest
+
+from tagjit import ConstraintError, Settings, UnsupportedFeatureError
+from tagjit.grammar import Grammar
+from tagjit.spec import Constraint, Kind
+
+from conftest import maskbench, schema_file
+
+
+def accepts(service, constraint: Constraint, text: str) -> bool:
+    g = Grammar(service.compile(constraint), vocab_size=service.vocab_size)
+    return g.accept_string(text) and g.is_completed()
+
+
+@pytest.mark.parametrize("name", ["Github_medium---o90958.json", "Github_medium---o17417.json",
+                                  "Github_easy---o46262.json", "Github_medium---o48421.json",
+                                  "Glaiveai2K---calculate_area_69514181.json"])
+def test_maskbench_schema_accepts_valid_and_rejects_invalid_instances(service, name):
+    bench = maskbench(name)
+    c = Constraint.of(Kind.JSON, bench["schema"])
+    for case in bench["tests"]:
+        assert accepts(service, c, json.dumps(case["data"])) == case["valid"], case
+
+
+def test_json_schema_from_jsonschemabench_compiles(service):
+    schema = schema_file("Github_easy", "o10008.json")
+    compiled = service.compile(Constraint.of(Kind.JSON, schema))
+    assert compiled.nbytes > 0
+
+
+def test_json_object_accepts_any_object_only(service):
+    c = Constraint.of(Kind.JSON_OBJECT, "")
+    assert accepts(service, c, '{"a": [1, {"b": null}]}')
+    assert not accepts(service, c, "[1, 2]")
+
+
+def test_regex_matches_whole_text(service):
+    c = Constraint.of(Kind.REGEX, r"[A-Z]{3}-\d{4}")
+    assert accepts(service, c, "ABC-1234")
+    assert not accepts(service, c, "ABC-123")
+
+
+def test_choice_accepts_exactly_the_choices(service):
+    c = Constraint.of(Kind.CHOICE, ["yes", "no", 'say "maybe"'])
+    assert accepts(service, c, 'say "maybe"')
+    assert not accepts(service, c, "yesno")
+
+
+def test_ebnf_grammar(service):
+    c = Constraint.of(Kind.GRAMMAR, 'root ::= "(" root ")" | "x"')
+    assert accepts(service, c, "((x))")
+    assert not accepts(service, c, "((x)")
+
+
+def test_lark_grammar(service):
+    c = Constraint.of(Kind.GRAMMAR, 'start: "a" b\nb: "b"+\n')
+    assert accepts(service, c, "abbb")
+
+
+def test_structural_tag_format_form(service):
+    tag = {"type": "structural_tag", "format": {
+        "type": "tag", "begin": "<answer>", "end": "</answer>",
+        "content": {"type": "json_schema", "json_schema": {"type": "object", "properties": {"x": {"type": "integer"}},
+                                                           "required": ["x"]}}}}
+    c = Constraint.of(Kind.STRUCTURAL_TAG, tag)
+    assert accepts(service, c, '<answer>{"x": 3}</answer>')
+    assert not accepts(service, c, '<answer>{"x": "3"}</answer>')
+
+
+def test_structural_tag_legacy_form(service):
+    tag = {"type": "structural_tag",
+           "structures": [{"begin": "<f=add>", "schema": {"type": "object", "properties": {"a": {"type": "integer"}},
+                                                          "required": ["a"]}, "end": "</f>"}],
+           "triggers": ["<f="]}
+    c = Constraint.of(Kind.STRUCTURAL_TAG, tag)
+    assert accepts(service, c, 'free text <f=add>{"a": 1}</f> more text')
+    assert not accepts(service, c, 'free text <f=add>{"a": "x"}</f>')
+
+
+@pytest.mark.parametrize("kind,source,reason", [
+    (Kind.JSON, '{"type": "object"', "not valid JSON"),
+    (Kind.JSON, '{"type": "objec"}', "invalid JSON schema at '/type'"),
+    (Kind.JSON, '{"type": "object", "required": "a"}', "invalid JSON schema at '/required'"),
+    (Kind.REGEX, "(unclosed", "invalid regex"),
+    (Kind.GRAMMAR, "root ::= missing_rule", "missing_rule"),
+    (Kind.STRUCTURAL_TAG, '{"format": {"type": "no_such_format"}}', "no_such_format"),
+    (Kind.STRUCTURAL_TAG, '{"structures": [{"begin": "<a>"}], "triggers": ["<a"]}', "needs 'begin', 'schema' and 'end'"),
+    (Kind.CHOICE, "[]", "non-empty list"),
+])
+def test_bad_constraint_is_refused_with_its_reason(service, kind, source, reason):
+    with pytest.raises(ConstraintError, match=None) as err:
+        service.validate(Constraint.of(kind, source))
+    assert reason in str(err.value)
+
+
+@pytest.mark.parametrize("schema,feature", [
+    ({"type": "object", "not": {"required": ["a"]}}, "not"),
+    ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "uniqueItems"),
+    ({"type": "number", "multipleOf": 0.5}, "multipleOf"),
+    ({"if": {"type": "string"}, "then": {"minLength": 2}}, "if"),
+    ({"type": "string", "format": "path"}, "format: path"),
+    ({"allOf": [{"type": "string"}, {"enum": ["a", "b"]}]}, "allOf"),
+    ({"type": "object", "properties": {"a": {"$ref": "https://example.com/s.json"}}}, "$ref"),
+])
+def test_unenforceable_feature_is_named_not_dropped(service, schema, feature):
+    with pytest.raises(UnsupportedFeatureError) as err:
+        service.validate(Constraint.of(Kind.JSON, schema))
+    assert feature in str(err.value)
+
+
+def test_unsupported_feature_inside_a_structural_tag_is_named(service):
+    tag = {"format": {"type": "json_schema", "json_schema": {"type": "array", "uniqueItems": True}}}
+    with pytest.raises(UnsupportedFeatureError, match="uniqueItems"):
+        service.validate(Constraint.of(Kind.STRUCTURAL_TAG, tag))
+
+
+def test_deeply_nested_schema_is_refused_cleanly(service):
+    schema = '{"type": "array", "items": ' * 2000 + '{"type": "integer"}' + "}" * 2000
+    with pytest.raises(ConstraintError, match="nest"):
+        service.validate(Constraint.of(Kind.JSON, schema))
+
+
+def test_compile_cache_returns_the_same_grammar(service):
+    c = Constraint.of(Kind.REGEX, "cache-me-[0-9]+")
+    assert service.compile(c) is service.compile(c)
+
+
+def test_schemas_differing_only_in_property_order_compile_to_different_grammars(service):
+    a = {"type": "object", "properties": {"label": {"type": "string"}, "why": {"type": "string"}},
+         "required": ["label", "why"]}
+    b = {"type": "object", "properties": {"why": {"type": "string"}, "label": {"type": "string"}},
+         "required": ["why", "label"]}
+    ca, cb = Constraint.of(Kind.JSON, a), Constraint.of(Kind.JSON, b)
+    assert service.compile(ca) is not service.compile(cb)
+    assert accepts(service, ca, '{"label": "x", "why": "y"}') and not accepts(service, ca, '{"why": "y", "label": "x"}')
+    assert accepts(service, cb, '{"why": "y", "label": "x"}')
+
+
+def test_compile_time_limit_refuses_the_request(llama3_info):
+    from tagjit import CompileLimitError, CompileService
+
+    svc = CompileService(llama3_info, Settings(compile_timeout_s=0.001))
+    big = {"type": "object", "properties": {f"p{i}": {"type": "string", "pattern": "[a-z]{1,40}"} for i in range(300)}}
+    with pytest.raises(CompileLimitError, match="did not compile within"):
+        svc.compile(Constraint.of(Kind.JSON, big))

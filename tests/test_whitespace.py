@@ -1,0 +1,44 @@
+"""Whitespace between JSON tokens is bounded by default, and the bound is configurable."""
+
+from tagjit import CompileService, Grammar, Settings
+from tagjit.spec import Constraint, Kind
+
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+
+
+def accepts(service: CompileService, text: str) -> bool:
+    g = Grammar(service.compile(Constraint.of(Kind.JSON, SCHEMA)), vocab_size=service.vocab_size)
+    return g.accept_string(text) and g.is_completed()
+
+
+def test_default_bound_accepts_pretty_printing(service):
+    assert accepts(service, '{\n    "a": 1\n}')
+
+
+def test_default_bound_rejects_a_long_run_of_spaces(service):
+    limit = service.settings.max_whitespace
+    assert limit is not None
+    assert accepts(service, "{" + " " * limit + '"a": 1}')
+    assert not accepts(service, "{" + " " * (limit + 1) + '"a": 1}')
+
+
+def test_bound_is_configurable(llama3_info):
+    compact = CompileService(llama3_info, Settings(max_whitespace=0))
+    assert accepts(compact, '{"a":1}')
+    assert not accepts(compact, '{"a": 1}')
+
+
+def test_unbounded_when_configured(llama3_info):
+    free = CompileService(llama3_info, Settings(max_whitespace=None))
+    assert accepts(free, "{" + " " * 200 + '"a": 1}')
+
+
+def test_json_object_requests_are_bounded_too(service):
+    g = Grammar(service.compile(Constraint.of(Kind.JSON_OBJECT, "")), vocab_size=service.vocab_size)
+    assert not (g.accept_string("{" + " " * 50 + "}") and g.is_completed())
+
+
+def test_structural_tag_json_content_is_bounded(service):
+    tag = {"format": {"type": "json_schema", "json_schema": SCHEMA}}
+    g = Grammar(service.compile(Constraint.of(Kind.STRUCTURAL_TAG, tag)), vocab_size=service.vocab_size)
+    assert not (g.accept_string("{" + " " * 50 + '"a": 1}') and g.is_completed())
