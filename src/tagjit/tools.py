@@ -420,8 +420,9 @@ def build_tool_tag(fmt: ToolFormat | str, tools: Sequence[Mapping[str, Any]] | N
         schema = t.parameters if constrains_arguments(t, settings.tool_schema_mode) else None
         try:
             tags.extend(call_tags(fmt, t.name, schema, settings.max_whitespace))
-        except ConstraintError as e:
-            raise ConstraintError(f"tool {t.name!r}: {e}") from None
+        except ConstraintError as e:  # keep the subclass (UnsupportedFeatureError), name the tool
+            e.args = (f"tool {t.name!r}: {e}",)
+            raise
     single = kind == "named" or not parallel_tool_calls
     if fmt.layout == "messages":
         body = _messages_layout(fmt, kind, tags, single, reasoning)

@@ -1,0 +1,264 @@
+"""Tool-call policy: which tag a request's tools, tool_choice and parallel_tool_calls produce.
+
+Tags are compiled with the real compile service over the Qwen2 vocabulary (where ``<tool_call>``
+is several tokens) and checked by what they accept and reject.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tagjit import CompileService, Constraint, ConstraintError, Settings, UnsupportedFeatureError
+from tagjit import bfcl, tools
+from tagjit.tools import build_tool_tag, load_format
+
+from conftest import DATA
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+    "required": ["city"]}}}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {
+    "type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}}}
+
+
+def call(name: str, args: dict) -> str:
+    return f'<tool_call>{{"name": "{name}", "arguments": {json.dumps(args)}}}</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def svc(qwen2_info) -> CompileService:
+    return CompileService(qwen2_info, Settings())
+
+
+def accepts(svc: CompileService, tag: dict, text: str) -> bool:
+    g = svc.grammar(Constraint.of("structural_tag", tag))
+    return g.accept_string(text) and g.is_completed()
+
+
+def hermes(tools_, choice="auto", parallel=True, settings=None, **kw):
+    return build_tool_tag(load_format("hermes"), tools_, choice, parallel, settings or Settings(), **kw)
+
+
+# -- registry ---------------------------------------------------------------------------------
+
+def test_every_required_family_has_a_format():
+    names = set(tools.format_names())
+    assert {"hermes", "qwen25", "qwen3_coder", "nemotron_nano", "deepseek_v3", "deepseek_v31", "deepseek_v3_2",
+            "deepseek_v4", "llama3_json", "mistral", "kimi_k2", "gpt_oss", "glm45", "glm47"} <= names
+
+
+def test_a_format_is_found_by_its_alias():
+    assert load_format("harmony").name == "gpt_oss"
+
+
+def test_unknown_format_names_the_known_ones():
+    with pytest.raises(ConstraintError, match="hermes"):
+        load_format("no_such_model")
+
+
+def test_each_vllm_tool_parser_maps_to_one_format():
+    seen: dict[str, str] = {}
+    for name in tools.format_names():
+        for parser in load_format(name).vllm_tool_parsers:
+            assert parser not in seen, f"{parser} is claimed by {seen.get(parser)} and {name}"
+            seen[parser] = name
+    assert tools.format_for_parser("qwen3_coder").name == "qwen3_coder"
+    assert tools.format_for_parser("no_such_parser") is None
+
+
+def test_a_format_without_the_name_placeholder_is_rejected():
+    with pytest.raises(ConstraintError, match="placeholder"):
+        tools.parse_format({"name": "x", "call": [{"begin": "<c>", "end": "</c>"}], "trigger": "<c>"})
+
+
+# -- tool_choice ------------------------------------------------------------------------------
+
+def test_required_accepts_a_call_and_rejects_leading_text(svc):
+    tag = hermes([WEATHER, TIME], "required")
+    assert accepts(svc, tag, call("get_time", {"zone": "UTC"}))
+    assert not accepts(svc, tag, "Sure! " + call("get_time", {"zone": "UTC"}))
+    assert not accepts(svc, tag, "")
+
+
+def test_named_tool_allows_only_that_tool(svc):
+    tag = hermes([WEATHER, TIME], {"type": "function", "function": {"name": "get_time"}})
+    assert accepts(svc, tag, call("get_time", {"zone": "UTC"}))
+    assert not accepts(svc, tag, call("get_weather", {"city": "Paris"}))
+
+
+def test_named_tool_allows_exactly_one_call(svc):
+    tag = hermes([WEATHER, TIME], "get_time")
+    assert not accepts(svc, tag, call("get_time", {"zone": "UTC"}) + "\n" + call("get_time", {"zone": "CET"}))
+
+
+def test_unknown_tool_name_is_rejected(svc):
+    tag = hermes([WEATHER, TIME], "required")
+    assert not accepts(svc, tag, call("get_stock", {"zone": "UTC"}))
+
+
+def test_named_tool_missing_from_tools_is_an_error():
+    with pytest.raises(ConstraintError, match="'get_stock'.*not in tools"):
+        hermes([WEATHER], {"type": "function", "function": {"name": "get_stock"}})
+
+
+def test_required_without_tools_is_an_error():
+    with pytest.raises(ConstraintError, match="at least one function tool"):
+        hermes([], "required")
+
+
+def test_auto_allows_text_and_calls_when_active(svc):
+    tag = hermes([WEATHER], "auto", settings=Settings(tool_scope="always"))
+    assert accepts(svc, tag, "Plain answer.")
+    assert accepts(svc, tag, "Let me look. " + call("get_weather", {"city": "Oslo"}))
+
+
+def test_auto_in_auto_scope_is_unconstrained_without_strict_tools():
+    assert hermes([WEATHER], "auto") is None
+
+
+def test_auto_in_auto_scope_is_constrained_when_a_tool_is_strict():
+    strict = {"type": "function", "function": dict(WEATHER["function"], strict=True)}
+    assert hermes([strict, TIME], "auto") is not None
+
+
+def test_auto_in_auto_scope_is_constrained_when_parallel_calls_are_off():
+    assert hermes([WEATHER], "auto", parallel=False) is not None
+
+
+def test_parallel_calls_off_rejects_a_second_call(svc):
+    tag = hermes([WEATHER, TIME], "required", parallel=False)
+    one = call("get_time", {"zone": "UTC"})
+    assert accepts(svc, tag, one)
+    assert not accepts(svc, tag, one + "\n" + call("get_weather", {"city": "Rome"}))
+
+
+def test_parallel_calls_on_accept_several_calls(svc):
+    tag = hermes([WEATHER, TIME], "required")
+    assert accepts(svc, tag, call("get_time", {"zone": "UTC"}) + "\n" + call("get_weather", {"city": "Rome"}))
+
+
+def test_none_excludes_a_multi_token_opening(svc, qwen2_info):
+    from transformers import AutoTokenizer  # noqa: F401  (Qwen2 vocab: <tool_call> is several tokens)
+
+    tag = hermes([WEATHER], "none")
+    assert tag is not None
+    assert accepts(svc, tag, "The weather tool is not needed.")
+    assert not accepts(svc, tag, "ok " + call("get_weather", {"city": "Oslo"}))
+    # Token by token too: after "<tool", the token "_call" is refused.
+    g = svc.grammar(Constraint.of("structural_tag", tag))
+    assert g.accept_string("text <tool")
+    assert not g.accept_string("_call>")
+
+
+def test_none_without_tools_is_unconstrained():
+    assert hermes([], "none") is None
+
+
+def test_bare_name_means_that_tool():
+    assert tools.parse_tool_choice("get_time") == ("named", "get_time")
+
+
+def test_unsupported_tool_choice_is_an_error():
+    with pytest.raises(ConstraintError, match="unsupported tool_choice"):
+        hermes([WEATHER], {"type": "allowed_tools"})
+
+
+# -- arguments: schema modes, strict, checks ----------------------------------------------------
+
+def test_default_mode_enforces_declared_schemas(svc):
+    tag = hermes([WEATHER], "required")
+    assert not accepts(svc, tag, call("get_weather", {"days": 3}))  # city is required
+
+
+def test_default_mode_frees_a_tool_that_says_strict_false(svc):
+    loose = {"type": "function", "function": dict(WEATHER["function"], strict=False)}
+    tag = hermes([loose], "required")
+    assert accepts(svc, tag, call("get_weather", {"anything": [1, 2]}))
+
+
+def test_auto_mode_enforces_only_strict_tools(svc):
+    s = Settings(tool_schema_mode="auto")
+    strict = {"type": "function", "function": dict(TIME["function"], strict=True)}
+    tag = hermes([WEATHER, strict], "required", settings=s)
+    assert accepts(svc, tag, call("get_weather", {"days": 3}))
+    assert not accepts(svc, tag, call("get_time", {"days": 3}))
+
+
+def test_strict_mode_enforces_every_schema(svc):
+    s = Settings(tool_schema_mode="strict")
+    loose = {"type": "function", "function": dict(WEATHER["function"], strict=False)}
+    assert not accepts(svc, hermes([loose], "required", settings=s), call("get_weather", {"days": 3}))
+
+
+def test_arguments_are_an_object_even_when_unconstrained(svc):
+    free = {"type": "function", "function": {"name": "ping"}}
+    tag = hermes([free], "required")
+    assert accepts(svc, tag, call("ping", {}))
+    assert not accepts(svc, tag, '<tool_call>{"name": "ping", "arguments": 3}</tool_call>')
+
+
+def test_unsupported_schema_feature_is_named():
+    bad = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": {"type": "string", "not": {"const": "a"}}}}}}
+    with pytest.raises(UnsupportedFeatureError, match="'not'"):
+        hermes([bad], "required")
+
+
+def test_whitespace_in_arguments_is_bounded(svc):
+    tag = hermes([TIME], "required", settings=Settings(max_whitespace=2))
+    assert accepts(svc, tag, '<tool_call>{"name": "get_time", "arguments": {  "zone": "UTC"}}</tool_call>')
+    assert not accepts(svc, tag, '<tool_call>{"name": "get_time", "arguments": {' + " " * 20
+                       + '"zone": "UTC"}}</tool_call>')
+
+
+def test_a_tool_name_that_breaks_the_syntax_is_rejected():
+    bad = {"type": "function", "function": {"name": 'a"b'}}
+    with pytest.raises(ConstraintError, match="cannot carry"):
+        hermes([bad], "required")
+
+
+def test_duplicate_tool_names_are_rejected():
+    with pytest.raises(ConstraintError, match="twice"):
+        hermes([WEATHER, WEATHER], "required")
+
+
+def test_responses_api_flat_tools_are_understood(svc):
+    flat = {"type": "function", "name": "get_time", "parameters": TIME["function"]["parameters"]}
+    assert accepts(svc, hermes([flat], "required"), call("get_time", {"zone": "UTC"}))
+
+
+# -- reasoning --------------------------------------------------------------------------------
+
+def test_reasoning_is_free_until_its_end_then_the_call_is_required(svc):
+    tag = build_tool_tag("qwen3_coder", [TIME], "required", reasoning=True, settings=Settings())
+    the_call = "<tool_call>\n<function=get_time>\n<parameter=zone>\nUTC\n</parameter>\n</function>\n</tool_call>"
+    assert accepts(svc, tag, "<think>Which zone? <tool_call> is fine in here.</think>\n\n" + the_call)
+    assert not accepts(svc, tag, "<think>done</think>\n\nNo call.")
+
+
+def test_reasoning_already_opened_by_the_prompt_expects_only_its_end(svc):
+    tag = build_tool_tag("qwen3_coder", [TIME], "required", reasoning_started=True, settings=Settings())
+    the_call = "<tool_call>\n<function=get_time>\n<parameter=zone>\nUTC\n</parameter>\n</function>\n</tool_call>"
+    assert accepts(svc, tag, "still thinking</think>\n\n" + the_call)
+    assert not accepts(svc, tag, "<think>again</think>\n\n" + the_call)
+
+
+# -- determinism and the per-tool part ----------------------------------------------------------
+
+def test_tags_are_deterministic_and_keep_request_order():
+    ts = bfcl.load_tools(str(DATA / "bfcl"), 20)
+    a = json.dumps(hermes(ts, "required"))
+    assert a == json.dumps(hermes(ts, "required"))
+    names = [t["begin"].split('"name": "')[1].split('"')[0] for t in hermes(ts, "required")["format"]["tags"][::2]]
+    assert names == [t["function"]["name"] for t in ts]
+
+
+def test_the_per_tool_part_depends_only_on_format_tool_and_mode():
+    fmt = load_format("qwen3_coder")
+    schema = TIME["function"]["parameters"]
+    assert tools.call_tags(fmt, "get_time", schema, 8) == tools.call_tags(fmt, "get_time", schema, 8)
+    tag = build_tool_tag(fmt, [WEATHER, TIME], "required", settings=Settings())
+    assert tools.call_tags(fmt, "get_time", schema, 8)[0] in tag["format"]["elements"][0]["tags"] \
+        if tag["format"]["type"] == "sequence" else tag["format"]["tags"]
