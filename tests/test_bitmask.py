@@ -293,3 +293,21 @@ def test_without_numba_cpu_masks_fall_back_to_xgrammar():
 
 def test_imports_and_masks_on_cpu_without_triton():
     assert run_fresh("sys.modules['triton'] = None") in ("numba", "xgrammar")
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@cuda
+@pytest.mark.parametrize("indices", [None, [3, 0], "tensor"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_compiled_cuda_kernel_matches_xgrammar_triton(monkeypatch, dtype, indices):
+    monkeypatch.delenv("TRITON_INTERPRET")
+    storage = make_logits(4, 151936 + 64, dtype).cuda()
+    logits, mask = storage[:, :151936], make_bitmask(4, 4748).cuda()
+    if indices == "tensor":
+        indices = torch.tensor([1, 2], dtype=torch.int32, device="cuda")
+    expected = storage.clone()
+    xgr.apply_token_bitmask_inplace(expected[:, :151936], mask, indices=indices, backend="triton")
+    apply_token_bitmask_inplace(logits, mask, indices)
+    assert same_bits(storage.cpu(), expected.cpu())

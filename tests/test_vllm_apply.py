@@ -166,8 +166,8 @@ def launch_mrv2(kernel, logits, bitmask, req_ids, grammar_req_ids, cu_num_logits
     vocab_size = logits.shape[-1]
     block = 8192
     kernel[(bitmask.shape[0], -(-vocab_size // block))](
-        logits, logits.stride(0), torch.tensor(mapping, dtype=torch.int32),
-        torch.tensor(cu_num_logits, dtype=torch.int32), bitmask, bitmask.stride(0), vocab_size,
+        logits, logits.stride(0), torch.tensor(mapping, dtype=torch.int32, device=logits.device),
+        torch.tensor(cu_num_logits, dtype=torch.int32, device=logits.device), bitmask, bitmask.stride(0), vocab_size,
         MASK_STRIDE=mask_stride, BLOCK_SIZE=block)
 
 
@@ -205,3 +205,17 @@ def test_mrv2_leaves_a_bitmask_narrower_than_the_logits_to_vllms_kernel(vllm_mrv
     launch_mrv2(vllm_mrv2_kernel, expected, bitmask, ["x", "y"], ["x", "y"], [0, 1, 2], None, 1)
     launch_mrv2(mrv2._apply_grammar_bitmask_kernel, got, bitmask, ["x", "y"], ["x", "y"], [0, 1, 2], None, 1)
     assert torch.equal(got, expected) and apply.FALLBACKS["mrv2"] == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_mrv2_on_cuda_matches_vllms_compiled_kernel():
+    original = mrv2._apply_grammar_bitmask_kernel.original
+    req_ids, grammar_req_ids = ["x", "y", "z"], ["z", "x"]
+    cu_num_logits, draft_tokens = [0, 2, 3, 5], [2, 0, 1]
+    bitmask = torch.from_numpy(random_bitmask(5, words=(151936 + 31) // 32)).cuda()
+    logits = torch.randn(5, 151936, device="cuda", dtype=torch.bfloat16)
+    expected, got = logits.clone(), logits.clone()
+    launch_mrv2(original, expected, bitmask, req_ids, grammar_req_ids, cu_num_logits, draft_tokens, 3)
+    launch_mrv2(mrv2._apply_grammar_bitmask_kernel, got, bitmask, req_ids, grammar_req_ids, cu_num_logits,
+                draft_tokens, 3)
+    assert torch.equal(got, expected) and not apply.FALLBACKS

@@ -118,6 +118,8 @@ def _dispatch(logits: torch.Tensor, bitmask: torch.Tensor, rows: Sequence[int] |
     if backend == "triton":
         _apply_triton(logits, bitmask, rows, rows_select_bitmask, vocab)
     elif backend == "cpu":
+        if logits.device.type != "cpu":
+            raise ValueError(f"the cpu backend needs CPU tensors, got {logits.device}")
         _apply_cpu(logits, bitmask, rows, rows_select_bitmask, vocab)
     elif backend == "torch":
         _apply_torch(logits, bitmask, rows, rows_select_bitmask, vocab)
