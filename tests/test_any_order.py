@@ -1,0 +1,369 @@
+"""Any-order objects: every order of the keys, each required key once, nothing else; masks exact."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+
+from tagjit import any_order
+from tagjit.compiler import CompileService
+from tagjit.errors import UnsupportedFeatureError
+from tagjit.grammar import allocate_token_bitmask
+from tagjit.grammars import json_schema_grammar
+from tagjit.settings import Settings
+from tagjit.spec import Constraint
+
+from conftest import schema_file
+
+PERSON = {
+    "type": "object", "x-any-order": True,
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "nick": {"type": "string"}},
+    "required": ["name", "age"],
+}
+
+
+def accepts(service: CompileService, schema: dict | bool, text: str) -> bool:
+    g = service.grammar(Constraint.of("json", schema))
+    return g.accept_string(text) and g.is_completed()
+
+
+@pytest.fixture(scope="module")
+def qwen_service(qwen2_info) -> CompileService:
+    return CompileService(qwen2_info, Settings())
+
+
+# -- what the keyword means ----------------------------------------------------------------------
+
+def test_declared_order_stays_the_default(service):
+    plain = {k: v for k, v in PERSON.items() if k != "x-any-order"}
+    assert accepts(service, plain, '{"name": "a", "age": 1}')
+    assert not accepts(service, plain, '{"age": 1, "name": "a"}')
+
+
+def test_opted_in_object_takes_its_keys_in_any_order(service):
+    assert accepts(service, PERSON, '{"age": 1, "name": "a"}')
+    assert accepts(service, PERSON, '{"nick": "b", "age": 1, "name": "a"}')
+
+
+def test_missing_required_key_is_rejected(service):
+    assert not accepts(service, PERSON, '{"nick": "b", "name": "a"}')
+
+
+def test_repeated_key_is_rejected(service):
+    assert not accepts(service, PERSON, '{"age": 1, "name": "a", "age": 2}')
+
+
+def test_unknown_key_is_rejected_without_additional_properties(service):
+    assert not accepts(service, PERSON, '{"age": 1, "name": "a", "zip": 2}')
+
+
+def test_additional_properties_schema_still_applies(service):
+    schema = {**PERSON, "additionalProperties": {"type": "integer"}}
+    assert accepts(service, schema, '{"zip": 2, "age": 1, "name": "a"}')
+    assert not accepts(service, schema, '{"zip": "x", "age": 1, "name": "a"}')
+    assert not accepts(service, schema, '{"zip": 2, "age": 1, "zip": 3, "name": "a"}')
+
+
+def test_declared_name_cannot_come_back_as_an_additional_property(service):
+    schema = {**PERSON, "additionalProperties": True}
+    assert not accepts(service, schema, '{"age": 1, "name": "a", "age": "x"}')
+    assert not accepts(service, schema, '{"age": 1, "name": "a", "\\u0061ge": 3}')
+
+
+def test_nested_objects_opt_in_independently(service):
+    inner_declared = {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+                      "required": ["x", "y"]}
+    schema = {**PERSON, "properties": {**PERSON["properties"], "pos": inner_declared}}
+    assert accepts(service, schema, '{"pos": {"x": 1, "y": 2}, "age": 1, "name": "a"}')
+    assert not accepts(service, schema, '{"pos": {"y": 2, "x": 1}, "age": 1, "name": "a"}')
+    outer_declared = {"type": "object", "properties": {"a": {"type": "integer"}, "p": PERSON}, "required": ["a", "p"]}
+    assert accepts(service, outer_declared, '{"a": 1, "p": {"age": 1, "name": "x"}}')
+    assert not accepts(service, outer_declared, '{"p": {"age": 1, "name": "x"}, "a": 1}')
+    assert not accepts(service, outer_declared, '{"a": 1, "p": {"age": 1}}')
+
+
+def test_server_default_opts_every_object_in_and_false_opts_out(llama3_info):
+    svc = CompileService(llama3_info, Settings(any_order_default=True))
+    inner = {"type": "object", "x-any-order": False, "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}}
+    schema = {"type": "object", "properties": {"b": {"type": "integer"}, "a": inner}, "required": ["a", "b"]}
+    assert accepts(svc, schema, '{"a": {"x": 1, "y": 2}, "b": 1}')
+    assert not accepts(svc, schema, '{"a": {"y": 2, "x": 1}, "b": 1}')
+
+
+def test_per_request_option_sets_the_default_for_one_schema(service):
+    plain = {k: v for k, v in PERSON.items() if k != "x-any-order"}
+    assert accepts(service, any_order.with_any_order(plain, True), '{"age": 1, "name": "a"}')
+    assert not accepts(service, any_order.with_any_order(PERSON, False) | {"x-any-order": False},
+                       '{"age": 1, "name": "a"}')
+
+
+def test_refs_and_recursion_reach_any_order_objects(service):
+    schema = {"$defs": {"node": {"type": "object", "x-any-order": True,
+                                 "properties": {"v": {"type": "integer"},
+                                                "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+                                 "required": ["v"]}},
+              "$ref": "#/$defs/node"}
+    assert accepts(service, schema, '{"kids": [{"v": 2}, {"kids": [], "v": 3}], "v": 1}')
+    assert not accepts(service, schema, '{"kids": [{"kids": []}], "v": 1}')
+
+
+def test_min_and_max_properties_are_enforced(service):
+    schema = {**PERSON, "required": [], "minProperties": 2, "maxProperties": 2}
+    assert accepts(service, schema, '{"nick": "n", "age": 1}')
+    assert not accepts(service, schema, '{"nick": "n"}')
+    assert not accepts(service, schema, '{"nick": "n", "age": 1, "name": "a"}')
+
+
+def test_whitespace_bound_still_applies(service):
+    assert accepts(service, PERSON, '{"age":1,' + " " * 8 + '"name":"a"}')
+    assert not accepts(service, PERSON, '{"age":1,' + " " * 9 + '"name":"a"}')
+
+
+def test_explicit_keyword_in_an_ambiguous_union_is_a_clear_error():
+    schema = {"anyOf": [PERSON, {"type": "object", "properties": {"q": {"type": "integer"}}}]}
+    with pytest.raises(UnsupportedFeatureError, match="anyOf"):
+        json_schema_grammar(schema, Settings())
+
+
+def test_server_default_keeps_declared_order_where_it_cannot_track(llama3_info):
+    svc = CompileService(llama3_info, Settings(any_order_default=True))
+    a = {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}, "required": ["x", "y"]}
+    b = {"type": "object", "properties": {"q": {"type": "integer"}}, "required": ["q"]}
+    schema = {"anyOf": [a, b]}
+    assert accepts(svc, schema, '{"x": 1, "y": 2}')
+    assert not accepts(svc, schema, '{"y": 2, "x": 1}')
+
+
+def test_real_schema_with_64_properties_takes_any_order(service):
+    schema = big_object(64)
+    names = list(schema["properties"])
+    random.Random(7).shuffle(names)
+    text = json.dumps({n: i for i, n in enumerate(names)})
+    assert accepts(service, schema, text)
+    assert not accepts(service, schema, text[:-1] + ', "' + names[0] + '": 1}')
+
+
+def big_object(n: int) -> dict:
+    """An any-order object with n integer properties (the first half required)."""
+    names = [f"field_{i:03d}" for i in range(n)]
+    return {"type": "object", "x-any-order": True, "properties": {k: {"type": "integer"} for k in names},
+            "required": names[: n // 2]}
+
+
+# -- property-based: permutations accepted, broken objects rejected -----------------------------
+
+NAMES = st.sampled_from(["a", "ab", "abc", "b", "name", "nam", "x_y", "é", "q\"t", "back\\s", "ünï", "id", "Id"])
+VALUES = st.sampled_from([{"type": "integer"}, {"type": "boolean"}, {"type": "string", "maxLength": 4},
+                          {"type": "string"},
+                          {"enum": ["p", "q"]}, {"type": "array", "items": {"type": "integer"}}])
+
+
+@st.composite
+def object_schemas(draw):
+    names = draw(st.lists(NAMES, min_size=1, max_size=6, unique=True))
+    props = {n: draw(VALUES) for n in names}
+    required = [n for n in names if draw(st.booleans())]
+    extra = draw(st.sampled_from([False, True, {"type": "integer"}]))
+    return {"type": "object", "x-any-order": True, "properties": props, "required": required,
+            "additionalProperties": extra}
+
+
+def sample_value(schema: dict):
+    if schema.get("type") == "string":
+        return "sé" if "maxLength" in schema else 'q"}, \\'  # xgrammar's bounded strings take no escapes
+    return {"integer": 7, "boolean": True, "array": [1, 2]}.get(schema.get("type"), "p")
+
+
+def dump(obj_pairs: list[tuple[str, object]], compact: bool) -> str:
+    sep = "," if compact else ", "
+    colon = ":" if compact else ": "
+    return "{" + sep.join(json.dumps(k, ensure_ascii=False) + colon + json.dumps(v, ensure_ascii=False) for k, v in obj_pairs) + "}"
+
+
+PBT = hsettings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@PBT
+@given(schema=object_schemas(), data=st.data())
+def test_every_order_of_a_valid_key_set_is_accepted(service, schema, data):
+    names = list(schema["properties"])
+    optional = [n for n in names if n not in schema["required"]]
+    keys = schema["required"] + data.draw(st.lists(st.sampled_from(optional), unique=True)) if optional \
+        else list(schema["required"])
+    orders = list(itertools.permutations(keys)) if len(keys) <= 4 else [
+        tuple(data.draw(st.permutations(keys))) for _ in range(6)]
+    g = service.grammar(Constraint.of("json", schema))
+    compact = data.draw(st.booleans())
+    for order in orders:
+        fresh = g.copy()
+        text = dump([(k, sample_value(schema["properties"][k])) for k in order], compact)
+        assert fresh.accept_string(text) and fresh.is_completed(), text
+
+
+@PBT
+@given(schema=object_schemas(), data=st.data())
+def test_missing_required_key_is_rejected_for_any_schema(service, schema, data):
+    if not schema["required"]:
+        return
+    names = list(schema["properties"])
+    dropped = data.draw(st.sampled_from(schema["required"]))
+    keys = data.draw(st.permutations([n for n in names if n != dropped]))
+    text = dump([(k, sample_value(schema["properties"][k])) for k in keys], data.draw(st.booleans()))
+    assert not accepts(service, schema, text)
+
+
+@PBT
+@given(schema=object_schemas(), data=st.data())
+def test_duplicate_key_is_rejected_for_any_schema(service, schema, data):
+    names = list(schema["properties"])
+    keys = list(data.draw(st.permutations(names)))
+    twice = data.draw(st.sampled_from(names))
+    keys.insert(data.draw(st.integers(0, len(keys))), twice)
+    text = dump([(k, sample_value(schema["properties"][k])) for k in keys], data.draw(st.booleans()))
+    assert not accepts(service, schema, text)
+
+
+@PBT
+@given(schema=object_schemas(), data=st.data())
+def test_unknown_key_is_rejected_when_additional_properties_is_false(service, schema, data):
+    schema = {**schema, "additionalProperties": False}
+    names = list(schema["properties"])
+    pairs = [(k, sample_value(schema["properties"][k])) for k in data.draw(st.permutations(names))]
+    pairs.insert(data.draw(st.integers(0, len(pairs))), ("zz_unknown", 1))
+    assert not accepts(service, schema, dump(pairs, data.draw(st.booleans())))
+
+
+# -- exact masks: the filtered mask equals the mask of an exact (exponential) grammar ------------
+
+def exact_schema(schema):
+    """The same language without any-order objects: anyOf over every order of every valid key set."""
+    if isinstance(schema, list):
+        return [exact_schema(x) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: exact_schema(v) if k in ("properties", "items", "anyOf", "additionalProperties") else v
+           for k, v in schema.items() if k != "x-any-order"}
+    if isinstance(out.get("properties"), dict) and schema.get("x-any-order") is True:
+        props = {k: exact_schema(v) for k, v in schema["properties"].items()}
+        required = schema.get("required", [])
+        optional = [k for k in props if k not in required]
+        branches = []
+        for r in range(len(optional) + 1):
+            for extra in itertools.combinations(optional, r):
+                for order in itertools.permutations(list(required) + list(extra)):
+                    branches.append({"type": "object", "properties": {k: props[k] for k in order},
+                                     "required": list(order), "additionalProperties": False})
+        return {"anyOf": branches}
+    if "properties" in out:
+        out["properties"] = {k: exact_schema(v) for k, v in schema["properties"].items()}
+    return out
+
+
+def allowed_ids(grammar, bitmask, vocab_size) -> np.ndarray:
+    grammar.fill_bitmask(bitmask, 0)
+    bits = np.unpackbits(bitmask[0].numpy().view(np.uint8), bitorder="little")[:vocab_size]
+    return np.flatnonzero(bits)
+
+
+SMALL = {
+    "type": "object", "x-any-order": True,
+    "properties": {
+        "ok": {"type": "boolean"},
+        "tag": {"type": "string", "maxLength": 2},
+        "in": {"type": "object", "x-any-order": True,
+               "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}, "ab": {"enum": ["x", "y"]}},
+               "required": ["ab"]},
+    },
+    "required": ["ok", "in"],
+}
+
+
+@pytest.mark.parametrize("tokenizer", ["qwen2_info", "llama3_info"])
+def test_mask_equals_the_exact_grammar_mask_along_random_walks(request, tokenizer):
+    info = request.getfixturevalue(tokenizer)
+    svc = CompileService(info, Settings(max_whitespace=1))
+    ours = svc.grammar(Constraint.of("json", SMALL))
+    exact = svc.grammar(Constraint.of("json", exact_schema(SMALL)))
+    vocab = [bytes(t) for t in info.decoded_vocab]
+    bitmask = allocate_token_bitmask(1, info.vocab_size)
+    stops = set(info.stop_token_ids)
+    rng = random.Random(0)
+    steps = 0
+    for _ in range(12):
+        ours.reset()
+        exact.reset()
+        text = b""
+        for _ in range(60):
+            a = allowed_ids(ours, bitmask, info.vocab_size)
+            b = allowed_ids(exact, bitmask, info.vocab_size)
+            assert np.array_equal(a, b), (text, set(a.tolist()) ^ set(b.tolist()))
+            steps += 1
+            choices = [t for t in a.tolist() if t not in stops]
+            if not choices:
+                break
+            # Prefer tokens with structure in them so walks cover keys, commas and closings.
+            structural = [t for t in choices if any(c in vocab[t] for c in b'",}:{')]
+            t = rng.choice(structural if structural and rng.random() < 0.8 else choices)
+            assert ours.accept_token(t) and exact.accept_token(t)
+            text += vocab[t]
+    assert steps > 200
+
+
+def test_rollback_restores_the_exact_state(qwen2_info, qwen_service):
+    g = qwen_service.grammar(Constraint.of("json", PERSON))
+    vocab = [bytes(t) for t in qwen2_info.decoded_vocab]
+    ids = {b: i for i, b in enumerate(vocab)}
+    tokens = [ids[b'{"'], ids[b"age"], ids[b'":'], ids[b" "], ids[b"1"], ids[b","], ids[b' "'], ids[b"name"]]
+    bitmask = allocate_token_bitmask(1, qwen2_info.vocab_size)
+    masks = []
+    for t in tokens:
+        masks.append(allowed_ids(g, bitmask, qwen2_info.vocab_size))
+        assert g.accept_token(t)
+    for k in range(len(tokens), 0, -1):
+        g.rollback(1)
+        assert np.array_equal(allowed_ids(g, bitmask, qwen2_info.vocab_size), masks[k - 1])
+    assert g.accept_tokens(tokens)
+
+
+def test_key_already_used_is_masked_out(qwen2_info, qwen_service):
+    g = qwen_service.grammar(Constraint.of("json", PERSON))
+    before = g.copy()
+    assert before.accept_string('{"age": 1, ')
+    assert g.accept_string('{"name": "x", ')
+    vocab = [bytes(t) for t in qwen2_info.decoded_vocab]
+    bitmask = allocate_token_bitmask(1, qwen2_info.vocab_size)
+    assert b'"name' in {vocab[t] for t in allowed_ids(before, bitmask, qwen2_info.vocab_size)}
+    allowed = {vocab[t] for t in allowed_ids(g, bitmask, qwen2_info.vocab_size)}
+    assert b'"' in allowed and b'"name' not in allowed
+
+
+def test_object_cannot_close_while_a_required_key_is_missing(qwen2_info, qwen_service):
+    g = qwen_service.grammar(Constraint.of("json", PERSON))
+    assert g.accept_string('{"nick": "b"')
+    vocab = [bytes(t) for t in qwen2_info.decoded_vocab]
+    bitmask = allocate_token_bitmask(1, qwen2_info.vocab_size)
+    allowed = {vocab[t] for t in allowed_ids(g, bitmask, qwen2_info.vocab_size)}
+    assert b"," in allowed and b"}" not in allowed
+
+
+def test_comma_is_masked_when_no_key_is_left(qwen2_info, qwen_service):
+    g = qwen_service.grammar(Constraint.of("json", PERSON))
+    assert g.accept_string('{"nick": "b", "age": 1, "name": "a"')
+    vocab = [bytes(t) for t in qwen2_info.decoded_vocab]
+    bitmask = allocate_token_bitmask(1, qwen2_info.vocab_size)
+    allowed = {vocab[t] for t in allowed_ids(g, bitmask, qwen2_info.vocab_size)}
+    assert b"}" in allowed and b'",' not in allowed and b"," not in allowed
+
+
+# -- real schemas -----------------------------------------------------------------------------
+
+def test_real_jsonschemabench_schema_accepts_reordered_instance(service):
+    schema = schema_file("Github_easy", "o10008.json")
+    opted = any_order.with_any_order(schema, True)
+    compiled = service.compile(Constraint.of("json", opted))
+    assert compiled.filter_spec is not None
