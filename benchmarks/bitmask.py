@@ -96,7 +96,7 @@ def copy_bandwidth_gbps(device: torch.device) -> float:
     return 2 * size / us / 1e3
 
 
-def implementations(device: torch.device, torch_compile: bool) -> dict[str, Callable[..., None]]:
+def implementations(device: torch.device, torch_compile: bool, xgrammar_cuda: bool) -> dict[str, Callable[..., None]]:
     """name -> fn(logits, bitmask) for every kernel available on this device."""
     impls: dict[str, Callable[..., None]] = {"tagjit": apply_token_bitmask_inplace}
     if device.type == "cpu":
@@ -106,12 +106,15 @@ def implementations(device: torch.device, torch_compile: bool) -> dict[str, Call
                 logits, mask, backend="torch_compile")
         return impls
     impls["xgrammar-triton"] = lambda logits, mask: xgr.apply_token_bitmask_inplace(logits, mask, backend="triton")
-    try:
-        probe = torch.zeros(1, 64, device=device)
-        xgr.apply_token_bitmask_inplace(probe, torch.zeros(1, 2, dtype=torch.int32, device=device), backend="cuda")
-        impls["xgrammar-cuda"] = lambda logits, mask: xgr.apply_token_bitmask_inplace(logits, mask, backend="cuda")
-    except Exception as exc:  # needs nvcc to JIT-compile
-        print(f"# xgrammar-cuda skipped: {type(exc).__name__}: {str(exc)[:120]}", file=sys.stderr)
+    if xgrammar_cuda:  # opt-in: its first call JIT-compiles with nvcc, which can take minutes
+        try:
+            probe = torch.zeros(1, 64, device=device)
+            xgr.apply_token_bitmask_inplace(probe, torch.zeros(1, 2, dtype=torch.int32, device=device),
+                                            backend="cuda")
+            impls["xgrammar-cuda"] = lambda logits, mask: xgr.apply_token_bitmask_inplace(
+                logits, mask, backend="cuda")
+        except Exception as exc:
+            print(f"# xgrammar-cuda skipped: {type(exc).__name__}: {str(exc)[:120]}", file=sys.stderr)
     try:
         impls["vllm-mrv2"] = vllm_mrv2(device)
     except Exception as exc:
@@ -156,7 +159,7 @@ def make_bitmask(rows: int, vocab: int, kind: str, device: torch.device) -> torc
 
 def run(args: argparse.Namespace) -> tuple[list[Result], dict]:
     device = torch.device(args.device)
-    impls = implementations(device, args.torch_compile)
+    impls = implementations(device, args.torch_compile, args.xgrammar_cuda)
     peak = args.peak_gbps or copy_bandwidth_gbps(device)
     meta = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -183,6 +186,8 @@ def run(args: argparse.Namespace) -> tuple[list[Result], dict]:
             mask_all = make_bitmask(max(batches), vocab, args.mask, device)
             for batch in batches:
                 logits, mask = logits_all[:batch], mask_all[:batch]
+                if batch <= 64:
+                    check_exact(impls, logits, mask)
                 bound_us = bytes_moved(batch, vocab, dtype) / (peak * 1e3)
                 for name, fn in impls.items():
                     us = time_us(lambda: fn(logits, mask), device, args.min_seconds, args.max_reps)
@@ -190,6 +195,19 @@ def run(args: argparse.Namespace) -> tuple[list[Result], dict]:
                 print_row([r for r in results if (r.dtype, r.batch, r.vocab) == (dtype_name, batch, vocab)])
             del logits_all, mask_all
     return results, meta
+
+
+def check_exact(impls: dict[str, Callable[..., None]], logits: torch.Tensor, mask: torch.Tensor) -> None:
+    """Every kernel must produce xgrammar's logits bit for bit (they are compared before timing)."""
+    outputs = {}
+    for name, fn in impls.items():
+        out = logits.clone()
+        fn(out, mask)
+        outputs[name] = out
+    reference = outputs.get("xgrammar-cpu", outputs.get("xgrammar-triton"))
+    for name, out in outputs.items():
+        if not torch.equal(out, reference):
+            raise SystemExit(f"{name} differs from xgrammar at batch {logits.shape[0]} x vocab {logits.shape[1]}")
 
 
 _header_printed: list[str] = []
@@ -226,6 +244,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cpu-max-elements", type=int, default=160_000_000,
                         help="skip CPU runs with more logits than this (xgrammar takes ~1 s per call at 4096 x 152k)")
     parser.add_argument("--torch-compile", action="store_true", help="also time xgrammar's torch.compile path (CPU)")
+    parser.add_argument("--xgrammar-cuda", action="store_true",
+                        help="also time xgrammar's CUDA kernel (GPU; needs nvcc)")
     parser.add_argument("--min-seconds", type=float, default=0.4, help="CPU: time each kernel at least this long")
     parser.add_argument("--max-reps", type=int, default=50)
     args = parser.parse_args(argv)

@@ -21,6 +21,8 @@ on first use and cached on disk; without numba, or if it fails, xgrammar's own C
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import logging
 import threading
 from collections.abc import Sequence
@@ -114,7 +116,7 @@ def _dispatch(logits: torch.Tensor, bitmask: torch.Tensor, rows: Sequence[int] |
     if vocab <= 0 or (rows is not None and len(rows) == 0) or logits.shape[0] == 0:
         return
     if backend == "auto":
-        backend = {"cpu": "cpu", "cuda": "triton"}.get(logits.device.type, "torch")
+        backend = {"cpu": "cpu", "cuda": "triton" if _has_triton() else "torch"}.get(logits.device.type, "torch")
     if backend == "triton":
         _apply_triton(logits, bitmask, rows, rows_select_bitmask, vocab)
     elif backend == "cpu":
@@ -125,6 +127,11 @@ def _dispatch(logits: torch.Tensor, bitmask: torch.Tensor, rows: Sequence[int] |
         _apply_torch(logits, bitmask, rows, rows_select_bitmask, vocab)
     else:
         raise ValueError(f"unknown backend {backend!r}: expected auto, triton, cpu or torch")
+
+
+@functools.cache
+def _has_triton() -> bool:
+    return importlib.util.find_spec("triton") is not None
 
 
 def _apply_triton(logits: torch.Tensor, bitmask: torch.Tensor, rows: Sequence[int] | torch.Tensor | None,
