@@ -11,10 +11,19 @@ log = logging.getLogger("tagjit")
 NAME = "tagjit"
 
 
+_state = {"active": False}  # set when this process builds a config that selects tagjit
+
+
+def active() -> bool:
+    """Whether this process's vLLM config selected tagjit as its structured-output backend."""
+    return _state["active"]
+
+
 def install() -> None:
     """Apply every patch (each one is idempotent)."""
     patch_config()
     patch_validation()
+    patch_structural_tag_validation()
     patch_grammar_init()
 
 
@@ -40,6 +49,8 @@ def patch_config() -> None:
 
         @functools.wraps(original)
         def validate(self: Any, _original: Any = original) -> Any:
+            if self.backend == NAME:
+                _state["active"] = True
             if self.backend == NAME and self.disable_any_whitespace:
                 self.disable_any_whitespace = False
                 try:
@@ -125,6 +136,36 @@ def request_constraint(so: Any) -> "Any":
             raise tagjit.ConstraintError("structured_outputs.structural_tag cannot be an empty string")
         return Constraint.of(Kind.STRUCTURAL_TAG, so.structural_tag)
     raise tagjit.ConstraintError("no structured output constraint given")
+
+
+def patch_structural_tag_validation() -> None:
+    """The OpenAI layer checks structural tags with xgrammar whatever the backend, with a generic
+    message; under tagjit, tagjit checks them and the 400 names the problem."""
+    from vllm.entrypoints.generate.base import protocol
+
+    original = protocol.validate_structural_tag_payload
+    if getattr(original, "_tagjit", False):
+        return
+
+    @functools.wraps(original)
+    def validate_structural_tag_payload(payload: Any, *, parameter: str) -> None:
+        if not active():
+            return original(payload, parameter=parameter)
+        import tagjit
+        from tagjit.compiler import validate
+        from tagjit.spec import Constraint, Kind
+        from vllm.exceptions import VLLMValidationError
+
+        try:
+            if isinstance(payload, str) and not payload.strip():
+                raise tagjit.ConstraintError("empty structural tag")
+            validate(Constraint.of(Kind.STRUCTURAL_TAG, payload))
+        except tagjit.ConstraintError as e:
+            raise VLLMValidationError(f"Invalid {parameter} structural_tag specification: {e}",
+                                      parameter=parameter) from None
+
+    validate_structural_tag_payload._tagjit = True  # type: ignore[attr-defined]
+    protocol.validate_structural_tag_payload = validate_structural_tag_payload
 
 
 def patch_grammar_init() -> None:
