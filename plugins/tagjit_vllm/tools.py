@@ -1,0 +1,143 @@
+"""Tool calls in the served model's native syntax, constrained per request by tagjit (vLLM 0.32).
+
+Where vLLM builds the tool-call constraint
+    Every chat (and Responses) request with tools passes through the composed parser's
+    ``Parser.adjust_request`` in the API server (``OnlineRenderer.preprocess_chat``). For
+    ``DelegatingParser`` (the class ``ParserManager.get_parser`` composes for every tool parser,
+    and the base of ``HarmonyParser``) that method calls ``_apply_structural_tag(request)`` and then
+    the tool parser's own ``adjust_request``. ``_apply_structural_tag`` is where vLLM puts its own
+    structural tag into ``request.structured_outputs`` (only for parsers with a
+    ``structural_tag_model`` and under ``VLLM_ENFORCE_STRICT_TOOL_CALLING``); the tool parser's
+    ``adjust_request`` otherwise falls back to a JSON-array schema that bypasses the native syntax.
+    Once ``structured_outputs.structural_tag`` is set, ``ToolParser.adjust_request`` leaves it alone.
+
+The hook (two wraps, idempotent)
+    1. ``ParserManager.get_parser``: when the tool-call parser name maps to a tagjit format
+       (``vllm_tool_parsers`` in ``configs/formats/*.json``), the composed parser class records the
+       format (``_tagjit_format``) and gets ``always_adjust_request = True`` so that
+       ``tool_choice="none"`` reaches the hook too; when tagjit is the backend, the tool parser class
+       gets ``supports_required_and_named = False`` so required/named outputs are read by the tool
+       parser in their native syntax, not as vLLM's JSON array.
+    2. ``DelegatingParser._apply_structural_tag``: when tagjit is the structured-outputs backend and
+       the class has a format, it sets ``request.structured_outputs`` to
+       ``tagjit.tools.build_tool_tag(format, tools, tool_choice, parallel_tool_calls)`` (or leaves the
+       request unconstrained when the policy says so) instead of vLLM's tag; anything else goes to
+       vLLM's original method. Bad tool input (a named tool missing from ``tools``, ``required``
+       without tools, an unsupported schema feature) raises ``VLLMValidationError``: HTTP 400.
+    Reasoning is gated by the engine (tagjit's grammar starts after the reasoning end token), so
+    the tag is built without the think prefix. A request that also carries its own
+    ``response_format`` keeps vLLM's handling under ``tool_choice`` auto or none.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+from typing import Any
+
+log = logging.getLogger("tagjit")
+_FORMAT_ATTR = "_tagjit_format"
+
+
+def active() -> bool:
+    """Whether tagjit is this process's structured-outputs backend (``TAGJIT_VLLM_TOOLS=0`` turns the hook off)."""
+    if os.environ.get("TAGJIT_VLLM_TOOLS", "1").lower() in ("0", "false", "no", "off"):
+        return False
+    try:
+        from . import patches
+    except ImportError:
+        return False
+    return patches.active()
+
+
+def install() -> None:
+    """Wrap vLLM's parser composition and its tool structural-tag step (idempotent)."""
+    _patch_get_parser()
+    _patch_apply_structural_tag()
+
+
+def _patch_get_parser() -> None:
+    from vllm.parser.parser_manager import ParserManager
+
+    original = ParserManager.__dict__["get_parser"].__func__
+    if getattr(original, "_tagjit", False):
+        return
+
+    @functools.wraps(original)
+    def get_parser(cls: Any, tool_parser_name: str | None = None, *args: Any, **kwargs: Any) -> Any:
+        parser_cls = original(cls, tool_parser_name, *args, **kwargs)
+        if parser_cls is not None and tool_parser_name:
+            mark_parser(parser_cls, tool_parser_name)
+        return parser_cls
+
+    get_parser._tagjit = True  # type: ignore[attr-defined]
+    ParserManager.get_parser = classmethod(get_parser)  # type: ignore[method-assign]
+
+
+def mark_parser(parser_cls: Any, tool_parser_name: str) -> str | None:
+    """Record on a composed parser class the tagjit format of its tool parser; returns its name."""
+    from tagjit.tools import format_for_parser
+
+    fmt = format_for_parser(tool_parser_name, "vllm")
+    if fmt is None or getattr(parser_cls, "tool_parser_cls", None) is None:
+        return None
+    setattr(parser_cls, _FORMAT_ATTR, fmt.name)
+    parser_cls.always_adjust_request = True
+    if active():
+        parser_cls.tool_parser_cls.supports_required_and_named = False
+    return fmt.name
+
+
+def _patch_apply_structural_tag() -> None:
+    from vllm.parser.abstract_parser import DelegatingParser
+
+    original = DelegatingParser._apply_structural_tag
+    if getattr(original, "_tagjit", False):
+        return
+
+    @functools.wraps(original)
+    def _apply_structural_tag(self: Any, request: Any) -> Any:
+        fmt_name = getattr(type(self), _FORMAT_ATTR, None)
+        if fmt_name is None or self._tool_parser is None or not request.tools or not active():
+            return original(self, request)
+        return apply_tool_tag(fmt_name, request, lambda: original(self, request))
+
+    _apply_structural_tag._tagjit = True  # type: ignore[attr-defined]
+    DelegatingParser._apply_structural_tag = _apply_structural_tag  # type: ignore[method-assign]
+
+
+def apply_tool_tag(fmt_name: str, request: Any, fallback: Any) -> Any:
+    """Put tagjit's tool-call tag for ``request`` into its structured outputs (400 on bad tools)."""
+    from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
+    from vllm.exceptions import VLLMValidationError
+    from vllm.sampling_params import StructuredOutputsParams
+    from vllm.tool_parsers.structural_tag_registry import (
+        _dump_tool_choice_for_xgrammar,
+        _dump_tool_for_xgrammar,
+    )
+
+    from tagjit import ConstraintError, get_settings
+    from tagjit.tools import build_tool_tag, load_format
+
+    choice = _dump_tool_choice_for_xgrammar(request.tool_choice)
+    if isinstance(choice, dict) and choice.get("type") not in (None, "function"):
+        return fallback()  # allowed_tools and builtin tool choices: vLLM's own handling
+    user_format = request.extract_structured_outputs() is not None
+    if user_format and (choice in (None, "auto", "none")):
+        return fallback()
+    tools = [_dump_tool_for_xgrammar(t) for t in request.tools]
+    try:
+        tag = build_tool_tag(load_format(fmt_name), tools, choice, request.parallel_tool_calls is not False,
+                             get_settings())
+    except ConstraintError as e:
+        raise VLLMValidationError(str(e), parameter="tools") from None
+    if tag is None:
+        return request
+    request.structured_outputs = StructuredOutputsParams(structural_tag=json.dumps(tag, ensure_ascii=False))
+    if isinstance(request, ResponsesRequest):
+        request.text = None
+    else:
+        request.response_format = None
+    return request

@@ -1,0 +1,119 @@
+"""The vLLM hook: requests with tools get tagjit's native-format tag from vLLM's own parser path.
+
+The composed parser is the one vLLM's OpenAI server builds (``ParserManager.get_parser``) and
+``adjust_request`` is the call the server makes before handing the request to the engine.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tagjit import Settings, get_settings
+from tagjit.tools import build_tool_tag
+
+from conftest import TOKENIZERS
+
+pytest.importorskip("vllm")
+
+TOOLS = [{"type": "function", "function": {"name": "get_time", "parameters": {
+    "type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}}},
+    {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(TOKENIZERS / "qwen2"))
+
+
+@pytest.fixture()
+def tagjit_backend(monkeypatch):
+    """Install the hook with tagjit selected as the backend of this process."""
+    import tagjit_vllm.patches as patches
+    import tagjit_vllm.tools as hook
+
+    monkeypatch.setitem(patches._state, "active", True)
+    hook.install()
+    return hook
+
+
+def adjusted(tokenizer, parser_name: str, **fields):
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.parser.parser_manager import ParserManager
+
+    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "time?"}], tools=TOOLS,
+                                    **fields)
+    cls = ParserManager.get_parser(tool_parser_name=parser_name, enable_auto_tools=True, tokenizer=tokenizer)
+    return cls(tokenizer, request.tools).adjust_request(request), cls
+
+
+def tag_of(request) -> dict | None:
+    so = request.structured_outputs
+    return json.loads(so.structural_tag) if so is not None and so.structural_tag else None
+
+
+def test_required_gets_the_native_hermes_tag(tagjit_backend, tokenizer):
+    request, _ = adjusted(tokenizer, "hermes", tool_choice="required")
+    assert tag_of(request) == build_tool_tag("hermes", TOOLS, "required", True, get_settings())
+
+
+def test_a_named_tool_in_qwen3_coder_gets_the_xml_tag(tagjit_backend, tokenizer):
+    choice = {"type": "function", "function": {"name": "get_weather"}}
+    request, _ = adjusted(tokenizer, "qwen3_coder", tool_choice=choice)
+    tag = tag_of(request)
+    assert tag == build_tool_tag("qwen3_coder", TOOLS, choice, True, get_settings())
+    assert "<function=get_weather>" in json.dumps(tag) and "get_time" not in json.dumps(tag)
+
+
+def test_parallel_calls_off_reaches_the_tag(tagjit_backend, tokenizer):
+    request, _ = adjusted(tokenizer, "hermes", tool_choice="required", parallel_tool_calls=False)
+    assert tag_of(request)["format"]["stop_after_first"] is True
+
+
+def test_none_bans_the_opening(tagjit_backend, tokenizer):
+    request, cls = adjusted(tokenizer, "hermes", tool_choice="none")
+    assert cls.always_adjust_request is True
+    assert "<tool_call>" in tag_of(request)["format"]["excludes"]
+
+
+def test_required_and_named_outputs_are_read_in_native_syntax(tagjit_backend, tokenizer, monkeypatch):
+    from vllm.tool_parsers.hermes_tool_parser import Hermes2ProToolParser
+
+    # As with VLLM_ENFORCE_STRICT_TOOL_CALLING=0: vLLM would read required output as a JSON array.
+    monkeypatch.setattr(Hermes2ProToolParser, "supports_required_and_named", True)
+    _, cls = adjusted(tokenizer, "hermes", tool_choice="required")
+    assert cls.tool_parser_cls.supports_required_and_named is False
+
+
+def test_an_unenforceable_tool_schema_is_a_validation_error(tagjit_backend, tokenizer):
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.exceptions import VLLMValidationError
+    from vllm.parser.parser_manager import ParserManager
+
+    bad = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": {"type": "string", "not": {"const": "a"}}}}}}]
+    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}], tools=bad,
+                                    tool_choice="required")
+    cls = ParserManager.get_parser(tool_parser_name="hermes", enable_auto_tools=True, tokenizer=tokenizer)
+    with pytest.raises(VLLMValidationError, match="tool 'f'.*'not'"):
+        cls(tokenizer, request.tools).adjust_request(request)
+
+
+def test_auto_without_strict_tools_stays_unconstrained(tagjit_backend, tokenizer):
+    assert Settings().tool_scope == "auto"
+    request, _ = adjusted(tokenizer, "hermes", tool_choice="auto")
+    assert tag_of(request) is None
+
+
+def test_other_backends_keep_vllms_own_tag(tokenizer, monkeypatch):
+    import tagjit_vllm.patches as patches
+    import tagjit_vllm.tools as hook
+
+    monkeypatch.setitem(patches._state, "active", False)
+    hook.install()
+    request, _ = adjusted(tokenizer, "hermes", tool_choice="required")
+    assert tag_of(request) != build_tool_tag("hermes", TOOLS, "required", True, get_settings())
