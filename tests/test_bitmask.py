@@ -20,14 +20,19 @@ from tagjit import bitmask as bm_mod
 from tagjit.bitmask import apply_token_bitmask_inplace, apply_token_bitmask_rows_inplace, cpu_backend
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
-BACKENDS = ["cpu", "triton", "torch"]
+# "cpu-without-numba" is the CPU backend as SGLang's images run it: xgrammar's kernel or torch.
+BACKENDS = ["cpu", "cpu-without-numba", "triton", "torch"]
+API = {"cpu": "cpu", "cpu-without-numba": "cpu", "triton": "triton", "torch": "torch"}
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 INT_VIEW = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
 
 
 @pytest.fixture(autouse=True)
-def triton_interpreter(monkeypatch):
-    """Run the Triton kernel in the interpreter with small blocks (a no-op for other backends)."""
+def backend_setup(request, monkeypatch):
+    """Turn numba off for "cpu-without-numba"; run Triton in the interpreter with small blocks."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and callspec.params.get("backend") == "cpu-without-numba":
+        monkeypatch.setitem(bm_mod._numba_state, "kernel", None)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     try:
         from tagjit import _triton_bitmask
@@ -77,7 +82,7 @@ def make_bitmask(rows: int, words: int, seed: int = 1) -> torch.Tensor:
 def test_masks_every_row_exactly_like_the_reference(backend, dtype):
     logits, mask = make_logits(4, 200, dtype), make_bitmask(4, 7)
     expected = reference(logits, mask)
-    apply_token_bitmask_inplace(logits, mask, backend=backend)
+    apply_token_bitmask_inplace(logits, mask, backend=API[backend])
     assert same_bits(logits, expected)
 
 
@@ -87,7 +92,7 @@ def test_matches_xgrammar_cpu_kernel(backend, dtype):
     logits, mask = make_logits(4, 200, dtype), make_bitmask(4, 7)
     expected = logits.clone()
     xgr.apply_token_bitmask_inplace(expected, mask)
-    apply_token_bitmask_inplace(logits, mask, backend=backend)
+    apply_token_bitmask_inplace(logits, mask, backend=API[backend])
     assert same_bits(logits, expected)
 
 
@@ -95,7 +100,7 @@ def test_matches_xgrammar_cpu_kernel(backend, dtype):
 def test_leaves_logits_beyond_the_bitmask_width_untouched(backend):
     logits, mask = make_logits(3, 250, torch.float32), torch.zeros(3, 7, dtype=torch.int32)
     before = logits.clone()
-    apply_token_bitmask_inplace(logits, mask, backend=backend)
+    apply_token_bitmask_inplace(logits, mask, backend=API[backend])
     assert torch.isneginf(logits[:, :224]).all()
     assert same_bits(logits[:, 224:], before[:, 224:])
 
@@ -104,7 +109,7 @@ def test_leaves_logits_beyond_the_bitmask_width_untouched(backend):
 def test_ignores_bitmask_words_past_the_logits_width(backend):
     logits, mask = make_logits(3, 100, torch.bfloat16), make_bitmask(3, 10)
     expected = reference(logits, mask)
-    apply_token_bitmask_inplace(logits, mask, backend=backend)
+    apply_token_bitmask_inplace(logits, mask, backend=API[backend])
     assert same_bits(logits, expected)
 
 
@@ -117,7 +122,7 @@ def test_ignores_bitmask_words_past_the_logits_width(backend):
 def test_masks_only_the_listed_rows(backend, indices):
     logits, mask = make_logits(4, 200, torch.float16), make_bitmask(4, 7)
     expected = reference(logits, mask, indices)
-    apply_token_bitmask_inplace(logits, mask, indices, backend=backend)
+    apply_token_bitmask_inplace(logits, mask, indices, backend=API[backend])
     assert same_bits(logits, expected)
 
 
@@ -125,7 +130,7 @@ def test_masks_only_the_listed_rows(backend, indices):
 def test_indices_may_address_a_bitmask_with_fewer_rows_than_the_logits(backend):
     logits, mask = make_logits(6, 130, torch.float32), make_bitmask(2, 5)
     expected = reference(logits, mask, [1])
-    apply_token_bitmask_inplace(logits, mask, [1], backend=backend)
+    apply_token_bitmask_inplace(logits, mask, [1], backend=API[backend])
     assert same_bits(logits, expected)
 
 
@@ -145,7 +150,7 @@ def test_masks_a_strided_view_and_nothing_outside_it(backend, layout):
     logits, mask = storage[view], make_bitmask(4, 7)
     expected = storage.clone()
     expected[view] = reference(logits, mask)
-    apply_token_bitmask_inplace(logits, mask, backend=backend)
+    apply_token_bitmask_inplace(logits, mask, backend=API[backend])
     assert same_bits(storage, expected)
 
 
@@ -153,7 +158,7 @@ def test_masks_a_strided_view_and_nothing_outside_it(backend, layout):
 def test_masks_column_major_logits(backend):
     logits, mask = make_logits(200, 4, torch.float16).t(), make_bitmask(4, 7)
     expected = reference(logits, mask)
-    apply_token_bitmask_inplace(logits, mask, backend=backend)
+    apply_token_bitmask_inplace(logits, mask, backend=API[backend])
     assert same_bits(logits, expected)
 
 
@@ -162,7 +167,7 @@ def test_reads_a_non_contiguous_bitmask(backend):
     logits, wide = make_logits(4, 200, torch.float32), make_bitmask(4, 12)
     mask = wide[:, 2:9]
     expected = reference(logits, mask)
-    apply_token_bitmask_inplace(logits, mask, backend=backend)
+    apply_token_bitmask_inplace(logits, mask, backend=API[backend])
     assert same_bits(logits, expected)
 
 
@@ -170,7 +175,7 @@ def test_reads_a_non_contiguous_bitmask(backend):
 def test_accepts_one_dimensional_logits_and_bitmask(backend):
     logits, mask = make_logits(1, 150, torch.float32)[0], make_bitmask(1, 5)[0]
     expected = reference(logits, mask)
-    apply_token_bitmask_inplace(logits, mask, backend=backend)
+    apply_token_bitmask_inplace(logits, mask, backend=API[backend])
     assert same_bits(logits, expected)
 
 
@@ -178,9 +183,9 @@ def test_accepts_one_dimensional_logits_and_bitmask(backend):
 def test_never_writes_allowed_logits(backend):
     specials = torch.tensor([float("nan"), -0.0, float("inf"), float("-inf")] * 8).reshape(1, 32)
     logits = specials.clone()
-    apply_token_bitmask_inplace(logits, torch.tensor([[-1]], dtype=torch.int32), backend=backend)
+    apply_token_bitmask_inplace(logits, torch.tensor([[-1]], dtype=torch.int32), backend=API[backend])
     assert same_bits(logits, specials)
-    apply_token_bitmask_inplace(logits, torch.tensor([[0]], dtype=torch.int32), backend=backend)
+    apply_token_bitmask_inplace(logits, torch.tensor([[0]], dtype=torch.int32), backend=API[backend])
     assert same_bits(logits, torch.full((1, 32), float("-inf")))
 
 
@@ -188,7 +193,7 @@ def test_never_writes_allowed_logits(backend):
 def test_empty_indices_change_nothing(backend):
     logits, mask = make_logits(3, 64, torch.float32), torch.zeros(3, 2, dtype=torch.int32)
     before = logits.clone()
-    apply_token_bitmask_inplace(logits, mask, [], backend=backend)
+    apply_token_bitmask_inplace(logits, mask, [], backend=API[backend])
     assert same_bits(logits, before)
 
 
@@ -199,7 +204,7 @@ def test_rows_variant_maps_bitmask_row_i_to_logits_row_rows_i_and_skips_negative
     expected = logits.clone()
     expected[4] = reference(expected[4], mask[0])
     expected[0] = reference(expected[0], mask[2])
-    apply_token_bitmask_rows_inplace(logits, mask, rows, backend=backend)
+    apply_token_bitmask_rows_inplace(logits, mask, rows, backend=API[backend])
     assert same_bits(logits, expected)
 
 
@@ -228,7 +233,7 @@ def test_applies_real_grammar_masks_like_xgrammar(real_bitmask, backend, dtype, 
     logits = make_logits(3, real_bitmask.shape[1] * 32, dtype)
     before, expected = logits.clone(), logits.clone()
     xgr.apply_token_bitmask_inplace(expected, real_bitmask, indices=[0, 2])
-    apply_token_bitmask_inplace(logits, real_bitmask, [0, 2], backend=backend)
+    apply_token_bitmask_inplace(logits, real_bitmask, [0, 2], backend=API[backend])
     assert same_bits(logits, expected)
     assert torch.isneginf(logits[0]).sum() > 100_000 and same_bits(logits[1], before[1])
 

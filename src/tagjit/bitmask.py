@@ -231,7 +231,8 @@ def _apply_cpu(logits: torch.Tensor, bitmask: torch.Tensor, rows: Sequence[int] 
 
 def _apply_cpu_fallback(logits: torch.Tensor, bitmask: torch.Tensor, rows: Sequence[int] | torch.Tensor | None,
                         rows_select_bitmask: bool, vocab: int) -> None:
-    if not rows_select_bitmask:  # a mapping xgrammar's API cannot express
+    # xgrammar's API cannot express the rows mapping, and its 0.2.7 CPU kernel ignores column strides.
+    if not rows_select_bitmask or logits.stride(1) != 1 or bitmask.stride(1) != 1:
         _apply_torch(logits, bitmask, rows, rows_select_bitmask, vocab)
         return
     import xgrammar as xgr
