@@ -700,14 +700,14 @@ def _step(mode: int, stack: list, data: bytes) -> int:
             i = m.start()
             mode = _N
             continue
-        b = data[i]
-        i += 1
         top = stack[-1]
         if mode == _K or mode == _KE:
-            mode = _key_byte(mode, stack, top, b)
+            i, mode = _key_run(mode, stack, top, data, i)
             if mode == _REJECT:
                 return _REJECT
             continue
+        b = data[i]
+        i += 1
         if b in _WS:
             continue
         kind = top[0]
@@ -810,19 +810,33 @@ def _start_value(stack: list, top: tuple, child: _Val | None, b: int) -> int:
     return _L
 
 
-def _key_byte(mode: int, stack: list, top: tuple, b: int) -> int:
+def _key_run(mode: int, stack: list, top: tuple, data: bytes, i: int) -> tuple[int, int]:
+    """Consume key bytes up to the closing quote (or the end of data); returns (index, mode)."""
     obj: _Obj = top[1]
     t, raw = top[6]
-    if mode == _K and b == 0x22:
-        return _close_key(stack, top, obj, t, raw)
-    if obj.ao:
-        if t >= 0:
+    n = len(data)
+    start = i
+    while i < n:
+        b = data[i]
+        if mode == _KE:
+            mode = _K
+        elif b == 0x22:
+            break
+        elif b == 0x5C:
+            mode = _KE
+        if t >= 0 and obj.ao:
             t = obj.next[t].get(b, -1)
+        i += 1
+    raw = raw + data[start:i]
+    if obj.ao:
+        # Keys below a trie node only shrink as the key grows, so checking the end of the run suffices.
         ok, extra = _slack(obj, top[3], top[5])
         if not extra and (t < 0 or not obj.below[t] & ok):
-            return _REJECT
-    stack[-1] = top[:6] + ((t, raw + bytes((b,))),)
-    return _KE if mode == _K and b == 0x5C else _K
+            return i, _REJECT
+    if i < n:  # the closing quote
+        return i + 1, _close_key(stack, top, obj, t, raw)
+    stack[-1] = top[:6] + ((t, raw),)
+    return i, mode
 
 
 def _close_key(stack: list, top: tuple, obj: _Obj, t: int, raw: bytes) -> int:
@@ -958,7 +972,7 @@ class AnyOrderFilter:
         self._initial = _initial(root)
         self._history: list[State] = [self._initial]
         self._verdicts: dict[State, dict[int, bool]] = {}
-        self._clears: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._clears: dict[tuple, list[tuple[int, int]]] = {}
 
     @property
     def state(self) -> State:
@@ -1019,9 +1033,8 @@ class AnyOrderFilter:
             if len(self._clears) > 4096:
                 self._clears.clear()
             self._clears[key] = clear
-        cw, keep = clear
-        if cw.size:
-            row[cw] &= keep
+        for w, keep in clear:
+            row[w] &= keep
 
     def _relevance(self, mode: int, top: tuple) -> str:
         if mode == _S:
@@ -1043,24 +1056,28 @@ class AnyOrderFilter:
                 return "Nopen"
         return "Nall"
 
-    def _compute(self, state: State, words: np.ndarray, bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _compute(self, state: State, words: np.ndarray, bits: np.ndarray) -> list[tuple[int, int]]:
         verdicts = self._verdicts.get(state)
         if verdicts is None:
             if len(self._verdicts) > 4096:
                 self._verdicts.clear()
             verdicts = self._verdicts[state] = {}
         tokens = self._vocab.tokens
-        ids = (words[:, None] * 32 + np.flatnonzero(np.ones(32))[None, :])[
-            np.unpackbits(bits.view(np.uint8).reshape(-1, 4), axis=1, bitorder="little").astype(bool)]
-        bad_words: dict[int, int] = {}
-        for tid in ids.tolist():
-            ok = verdicts.get(tid)
-            if ok is None:
-                ok = tid >= len(tokens) or step_state(state, tokens[tid]) is not None
-                verdicts[tid] = ok
-            if not ok:
-                bad_words[tid >> 5] = bad_words.get(tid >> 5, 0) | (1 << (tid & 31))
-        cw = np.fromiter(bad_words.keys(), dtype=np.int64, count=len(bad_words))
-        keep = np.fromiter(((~v) & 0xFFFFFFFF for v in bad_words.values()), dtype=np.uint32,
-                           count=len(bad_words)).view(np.int32)
-        return cw, keep
+        ntok = len(tokens)
+        clears = []
+        for w, word in zip(words.tolist(), bits.tolist()):
+            word &= 0xFFFFFFFF
+            bad = 0
+            while word:
+                low = word & -word
+                word ^= low
+                tid = w * 32 + low.bit_length() - 1
+                ok = verdicts.get(tid)
+                if ok is None:
+                    ok = verdicts[tid] = tid >= ntok or step_state(state, tokens[tid]) is not None
+                if not ok:
+                    bad |= low
+            if bad:
+                keep = ~bad & 0xFFFFFFFF
+                clears.append((w, keep - (1 << 32) if keep >= 1 << 31 else keep))
+        return clears
