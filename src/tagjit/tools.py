@@ -275,7 +275,17 @@ def arguments_content(fmt: ToolFormat, schema: dict | bool | None, max_whitespac
 
 
 def call_tags(fmt: ToolFormat, name: str, schema: dict | bool | None, max_whitespace: int | None) -> list[dict]:
-    """The tags of one tool (one per call syntax); pure in its arguments, so it can be memoised."""
+    """The tags of one tool (one per call syntax); pure in its arguments, memoised by their JSON text."""
+    key = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))  # key order kept: it is generation order
+    return json.loads(_call_tags_json(fmt, name, key, max_whitespace))
+
+
+@lru_cache(maxsize=4096)
+def _call_tags_json(fmt: ToolFormat, name: str, schema_json: str, max_whitespace: int | None) -> str:
+    return json.dumps(_build_call_tags(fmt, name, json.loads(schema_json), max_whitespace), ensure_ascii=False)
+
+
+def _build_call_tags(fmt: ToolFormat, name: str, schema: dict | bool | None, max_whitespace: int | None) -> list[dict]:
     args = arguments_content(fmt, schema, max_whitespace)
     tags = []
     for c in fmt.call:
