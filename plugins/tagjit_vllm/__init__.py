@@ -13,6 +13,7 @@ server, the engine core and the workers):
 
 from __future__ import annotations
 
+import importlib
 import logging
 
 log = logging.getLogger("tagjit")
@@ -54,11 +55,8 @@ def register() -> None:
     except Exception:  # never take vLLM down: the other backends keep working
         log.exception("tagjit: could not install into vLLM; tagjit stays off")
         return
-    for optional in ("apply", "tools"):
+    for hooks in ("apply", "tools"):
         try:
-            module = __import__(f"{__name__}.{optional}", fromlist=["install"])
-            module.install()
-        except ImportError:
-            pass
+            importlib.import_module(f"{__name__}.{hooks}").install()
         except Exception:
-            log.exception("tagjit: could not install %s hooks; continuing without them", optional)
+            log.exception("tagjit: could not install its %s hooks; continuing without them", hooks)

@@ -95,12 +95,20 @@ class TagjitBackend(StructuredOutputBackend):
         self.settings = settings_for(self.vllm_config)
         info = tagjit.from_huggingface(self.tokenizer, vocab_size=self.vocab_size)
         self.service = tagjit.service_for(info, self.settings)
+        self.service.lint_enabled = False  # the API server lints each schema when it validates it
         self.policy = JitPolicy(self.settings)
+        threading.Thread(target=self._warm_tables, args=(info,), daemon=True, name="tagjit-warm").start()
         if self.settings.warmup_file:
             from tagjit.warmup import load_warmup
 
             n = self.service.warmup(load_warmup(self.settings.warmup_file))
             log.info("tagjit: warmed up %d constraints from %s", n, self.settings.warmup_file)
+
+    @staticmethod
+    def _warm_tables(info: Any) -> None:
+        from tagjit.any_order import vocab_tables
+
+        vocab_tables(info)  # per-tokenizer tables of the any-order filter, built before traffic needs them
 
     def constraint(self, request_type: StructuredOutputOptions, grammar_spec: str) -> Constraint:
         """The core constraint for a vLLM request type and spec."""

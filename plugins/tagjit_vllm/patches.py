@@ -102,10 +102,30 @@ def validate_request(params: Any, model_config: Any, tokenizer: Any) -> None:
             f"'{backend}' but the server uses '{NAME}'.")
     so._backend = NAME
     try:
+        apply_request_options(params)
         constraint = request_constraint(so)
         validate(constraint)
     except tagjit.ConstraintError as e:
         raise VLLMValidationError(str(e)) from None
+
+
+ANY_ORDER_ARG = "tagjit_any_order"
+
+
+def apply_request_options(params: Any) -> None:
+    """Per-request tagjit options from ``vllm_xargs`` (``{"tagjit_any_order": 1}``: properties in any order)."""
+    extra = params.extra_args or {}
+    if ANY_ORDER_ARG not in extra or params.structured_outputs.json is None:
+        return
+    import json
+
+    from tagjit.any_order import with_any_order
+    from tagjit.schema import parse_schema
+
+    value = extra[ANY_ORDER_ARG]
+    enabled = value is True or str(value).lower() in ("1", "true", "yes", "on")
+    so = params.structured_outputs
+    so.json = json.dumps(with_any_order(parse_schema(so.json), enabled))
 
 
 def request_constraint(so: Any) -> "Any":

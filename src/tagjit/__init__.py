@@ -4,6 +4,7 @@ The public surface: compile constraints once per tokenizer (``CompileService``),
 request through its grammar (``Grammar``), and apply token bitmasks to logits.
 """
 
+from .bitmask import apply_token_bitmask_inplace
 from .compiler import CompileService, service_for
 from .errors import CompileLimitError, ConstraintError, UnsupportedFeatureError
 from .grammar import Compiled, Grammar, allocate_token_bitmask
@@ -16,5 +17,5 @@ __version__ = "0.1.0"
 __all__ = [
     "CompileService", "service_for", "Compiled", "Grammar", "Constraint", "Kind", "Settings",
     "get_settings", "set_settings", "ConstraintError", "UnsupportedFeatureError", "CompileLimitError",
-    "allocate_token_bitmask", "load_tokenizer_info", "from_huggingface", "fingerprint",
+    "allocate_token_bitmask", "apply_token_bitmask_inplace", "load_tokenizer_info", "from_huggingface", "fingerprint",
 ]

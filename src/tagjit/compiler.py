@@ -46,6 +46,7 @@ class CompileService:
         self.disk = DiskCache(s.disk_cache_dir, self._salt) if s.disk_cache_dir else None
         self._validated: LRUCache[bool] = LRUCache(64 * 1024, lambda _: 1)
         self._pool = ThreadPoolExecutor(max_workers=max(1, s.compile_threads), thread_name_prefix="tagjit-compile")
+        self.lint_enabled = s.lint
         self._inflight: dict[str, Future[Compiled]] = {}
         self._lock = threading.Lock()
         self._ms_per_kb = 2.0  # running estimate of compile cost, updated on every miss
@@ -118,6 +119,8 @@ class CompileService:
                     self.disk.corrupt += 1
                     self.disk.discard(key)
             metrics.CACHE.labels("disk", "miss").inc()
+        if self.lint_enabled:
+            lint_constraint(constraint)
         try:
             grammar, filter_spec = build_grammar(constraint, self.settings)
             cg = self.compiler.compile_grammar(grammar)
@@ -192,12 +195,30 @@ def validate(constraint: Constraint, settings: Settings | None = None) -> None:
                          f"|{settings.any_order_default}")
     if _validated.get(key):
         return
+    if settings.lint:
+        lint_constraint(constraint)
     try:
         build_grammar(constraint, settings)
     except ConstraintError:
         metrics.ERRORS.labels(constraint.kind.value).inc()
         raise
     _validated.put(key, True)
+
+
+def lint_constraint(constraint: Constraint) -> list:
+    """Log and count property-order findings of a JSON-schema constraint (never raises)."""
+    if constraint.kind is not Kind.JSON:
+        return []
+    from .lint import lint_schema
+
+    try:
+        findings = lint_schema(constraint.parsed())
+    except Exception:  # an invalid schema is reported by validation, not by the lint
+        return []
+    for f in findings:
+        metrics.LINT.labels(f.rule).inc()
+        log.warning("tagjit lint: %s: [%s] %s", f.path, f.rule, f.message)
+    return findings
 
 
 def constraint(kind: Kind | str, source: object) -> Constraint:
