@@ -109,12 +109,18 @@ def legacy_to_format(tag: dict) -> dict:
     for i, st in enumerate(structures):
         if not isinstance(st, dict) or not {"begin", "end"} <= st.keys():
             raise ConstraintError(f"structural_tag structures[{i}] needs 'begin', 'schema' and 'end'")
-        schema = st.get("schema", {})
+        schema = st.get("schema")
+        if schema is None:  # SGLang sends None for a tool without parameters: any JSON object
+            schema = {}
         if isinstance(schema, str):
             schema = schema_mod.parse_schema(schema)
         tags.append({"type": "tag", "begin": st["begin"],
                      "content": {"type": "json_schema", "json_schema": schema}, "end": st["end"]})
-    return {"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": triggers, "tags": tags}}
+    fmt: dict = {"type": "triggered_tags", "triggers": triggers, "tags": tags}
+    for flag in ("at_least_one", "stop_after_first"):  # SGLang's tool_choice=required sets at_least_one
+        if tag.get(flag) is not None:
+            fmt[flag] = bool(tag[flag])
+    return {"type": "structural_tag", "format": fmt}
 
 
 def _prepare_format(node: Any, s: Settings) -> Any:
