@@ -169,10 +169,13 @@ def short_prompt_waits(constraint: dict) -> dict:
     """A short prompt with an expensive uncached constraint waits in SGLang's queue for the compile."""
     mgr = S.manager()
     backend = mgr.grammar_backend
-    backend.service._ms_per_kb = 10_000.0  # the policy's compile estimate: far beyond any prefill
-    req = S.request("short", prompt_tokens=4, **constraint)
-    queued = S.admit(mgr, [req])["short"]
-    S.drain(mgr)
+    saved, backend.service._ms_per_kb = backend.service._ms_per_kb, 10_000.0  # estimate: beyond any prefill
+    try:
+        req = S.request("short", prompt_tokens=4, **constraint)
+        queued = S.admit(mgr, [req])["short"]
+        S.drain(mgr)
+    finally:
+        backend.service._ms_per_kb = saved
     return {"queued": queued, "jit": req.grammar.jit, "ready": req.grammar.grammar.ready()}
 
 
