@@ -67,13 +67,23 @@ def test_response_format_structural_tag(client, bias):
     jsonschema.validate(json.loads(m.group(1)), PERSON)
 
 
-def test_tool_choice_required_returns_a_valid_call(client, bias):
-    r = chat(client, bias, tools=[WEATHER, CLOCK], tool_choice="required")
+EOS = "2"  # </s>: favoured too, so a random model stops once the grammar lets it
+
+
+def test_tool_choice_required_returns_valid_calls(client, bias):
+    r = chat(client, {**bias, EOS: 8.0}, tools=[WEATHER, CLOCK], tool_choice="required")
     calls = r.choices[0].message.tool_calls
     assert calls, r.choices[0].message.content
     tools = {"get_weather": WEATHER, "get_time": CLOCK}
     for call in calls:
         jsonschema.validate(json.loads(call.function.arguments), tools[call.function.name]["function"]["parameters"])
+
+
+def test_required_without_parallel_calls_returns_exactly_one_call(client, bias):
+    r = chat(client, bias, tools=[WEATHER, CLOCK], tool_choice="required", parallel_tool_calls=False)
+    (call,) = r.choices[0].message.tool_calls
+    tools = {"get_weather": WEATHER, "get_time": CLOCK}
+    jsonschema.validate(json.loads(call.function.arguments), tools[call.function.name]["function"]["parameters"])
 
 
 def test_named_tool_choice_calls_exactly_that_tool(client, bias):

@@ -1,0 +1,85 @@
+"""Tool calls end to end: tagjit's structural tags in the parser's native format through ``vllm serve``."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import openai
+import pytest
+
+from server import vllm_server
+
+MESSAGES = [{"role": "user", "content": "What is the weather in Paris, and what time is it?"}]
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 16},
+                                                    "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+                   "required": ["city", "days"]}}}
+CLOCK = {"type": "function", "function": {
+    "name": "get_time", "description": "Time in a timezone",
+    "parameters": {"type": "object", "properties": {"tz": {"enum": ["UTC", "CET", "PST"]}}, "required": ["tz"]}}}
+TOOLS = {"get_weather": WEATHER, "get_time": CLOCK}
+EOS = "2"
+
+
+@pytest.fixture(scope="module", params=["hermes", "qwen3_coder"])
+def tool_client(request, vllm_url):
+    """An OpenAI client for a server using the given tool parser (hermes reuses the session server)."""
+    if request.param == "hermes":
+        yield openai.OpenAI(base_url=vllm_url + "/v1", api_key="none", max_retries=0, timeout=120)
+        return
+    with vllm_server("tagjit", "--enable-auto-tool-choice", "--tool-call-parser", request.param) as url:
+        yield openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=120)
+
+
+def call(client, bias, **kwargs):
+    return client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=250,
+                                          logit_bias={**bias, EOS: 8.0}, temperature=1.0, seed=3,
+                                          tools=[WEATHER, CLOCK], **kwargs).choices[0].message
+
+
+def assert_valid_calls(calls) -> None:
+    assert calls
+    for c in calls:
+        jsonschema.validate(json.loads(c.function.arguments), TOOLS[c.function.name]["function"]["parameters"])
+
+
+def test_required_gives_valid_native_calls(tool_client, bias):
+    message = call(tool_client, bias, tool_choice="required")
+    assert_valid_calls(message.tool_calls)
+
+
+def test_required_without_parallel_gives_one_call(tool_client, bias):
+    message = call(tool_client, bias, tool_choice="required", parallel_tool_calls=False)
+    assert len(message.tool_calls) == 1
+    assert_valid_calls(message.tool_calls)
+
+
+def test_named_tool_gives_exactly_that_tool(tool_client, bias):
+    message = call(tool_client, bias, tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    if message.tool_calls:
+        assert [c.function.name for c in message.tool_calls] == ["get_weather"]
+        assert_valid_calls(message.tool_calls)
+    else:  # vLLM reports a forced named call's arguments as content for some parsers
+        jsonschema.validate(json.loads(message.content), WEATHER["function"]["parameters"])
+
+
+def test_auto_without_parallel_calls_is_constrained(tool_client, bias):
+    message = call(tool_client, bias, tool_choice="auto", parallel_tool_calls=False)
+    if message.tool_calls:
+        assert len(message.tool_calls) == 1
+        assert_valid_calls(message.tool_calls)
+    else:
+        assert "<tool_call>" not in (message.content or "")
+
+
+def test_none_gives_text_without_tool_call_openings(tool_client, bias):
+    message = call(tool_client, bias, tool_choice="none")
+    assert not message.tool_calls
+    assert "<tool_call>" not in (message.content or "")
+
+
+def test_named_tool_missing_from_tools_is_a_400(tool_client, bias):
+    with pytest.raises(openai.BadRequestError):
+        call(tool_client, bias, tool_choice={"type": "function", "function": {"name": "no_such_tool"}})
