@@ -1,0 +1,47 @@
+"""Warm-up files: constraints to compile at start-up, before the first request needs them.
+
+A warm-up file is JSON, either a list of JSON schemas or an object with any of::
+
+    {"schemas": [SCHEMA, ...],
+     "regexes": ["...", ...],
+     "tools": [{"format": "hermes", "tools": [TOOL, ...], "tool_choice": "required",
+                "parallel_tool_calls": true}, ...]}
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .errors import ConstraintError
+from .settings import Settings, get_settings
+from .spec import Constraint, Kind
+
+
+def load_warmup(path: str, settings: Settings | None = None) -> list[Constraint]:
+    """The constraints named by a warm-up file (raises ConstraintError on a malformed file)."""
+    with open(path, encoding="utf-8") as f:
+        try:
+            data = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ConstraintError(f"warm-up file {path} is not valid JSON: {e}") from None
+    return warmup_constraints(data, settings or get_settings())
+
+
+def warmup_constraints(data: Any, settings: Settings) -> list[Constraint]:
+    """Constraints from a parsed warm-up document."""
+    if isinstance(data, list):
+        data = {"schemas": data}
+    if not isinstance(data, dict):
+        raise ConstraintError("a warm-up file holds a list of schemas or an object")
+    out = [Constraint.of(Kind.JSON, s) for s in data.get("schemas", [])]
+    out += [Constraint.of(Kind.REGEX, r) for r in data.get("regexes", [])]
+    for entry in data.get("tools", []):
+        from . import tools
+
+        tag = tools.build_tool_tag(tools.load_format(entry.get("format", "hermes")), entry["tools"],
+                                   entry.get("tool_choice", "required"),
+                                   entry.get("parallel_tool_calls", True), settings)
+        if tag is not None:
+            out.append(Constraint.of(Kind.STRUCTURAL_TAG, tag))
+    return out
