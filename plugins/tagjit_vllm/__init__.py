@@ -40,6 +40,32 @@ def _version_ok() -> bool:
     return True
 
 
+METRICS_DIR_ENV = "TAGJIT_METRICS_DIR"
+
+
+def _metrics_dir() -> str:
+    """A directory for metric snapshots, made by the first vLLM process and inherited by its children."""
+    import os
+
+    directory = os.environ.get(METRICS_DIR_ENV)
+    if not directory:
+        import atexit
+        import shutil
+        import tempfile
+
+        directory = os.environ[METRICS_DIR_ENV] = tempfile.mkdtemp(prefix="tagjit-metrics-")
+        atexit.register(shutil.rmtree, directory, True)
+    try:  # serve engine-core metrics on this process's /metrics (single API server: the default registry)
+        from prometheus_client import REGISTRY
+
+        from tagjit.metrics import MergedCollector
+
+        REGISTRY.register(MergedCollector(directory))
+    except Exception:
+        log.exception("tagjit: metrics will not appear on /metrics")
+    return directory
+
+
 def register() -> None:
     """Entry point of ``vllm.general_plugins``: install tagjit into this vLLM process."""
     global _installed
@@ -48,6 +74,7 @@ def register() -> None:
     _installed = True
     if not _version_ok():
         return
+    _metrics_dir()
     try:
         from . import patches
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from concurrent.futures import Future
@@ -19,6 +20,7 @@ from vllm.v1.structured_output.backend_types import (
 import tagjit
 from tagjit.grammar import allocate_token_bitmask
 from tagjit.jit import JitPolicy
+from tagjit.metrics import SnapshotWriter
 from tagjit.spec import Constraint, Kind
 
 if TYPE_CHECKING:
@@ -98,6 +100,8 @@ class TagjitBackend(StructuredOutputBackend):
         self.service.lint_enabled = False  # the API server lints each schema when it validates it
         self.policy = JitPolicy(self.settings)
         threading.Thread(target=self._warm_tables, args=(info,), daemon=True, name="tagjit-warm").start()
+        metrics_dir = os.environ.get("TAGJIT_METRICS_DIR")
+        self._metrics = SnapshotWriter(metrics_dir).start() if metrics_dir and os.path.isdir(metrics_dir) else None
         if self.settings.warmup_file:
             from tagjit.warmup import load_warmup
 
@@ -171,4 +175,6 @@ class TagjitBackend(StructuredOutputBackend):
         return allocate_token_bitmask(max_num_seqs, self.vocab_size)
 
     def destroy(self) -> None:
-        """Nothing to free: the compile service is shared per tokenizer."""
+        """Stop exporting metrics; the compile service itself is shared per tokenizer."""
+        if self._metrics is not None:
+            self._metrics.stop()

@@ -1,18 +1,113 @@
-"""Prometheus metrics: compile time, cache hits per layer, JIT waits, mask-fill time, lint findings."""
+"""Prometheus metrics: compile time, cache hits per layer, JIT waits, mask-fill time, lint findings.
+
+The metrics live in tagjit's own registry. An engine that compiles in one process and serves
+``/metrics`` from another (vLLM: engine core vs API server) exports snapshots from the first
+(``SnapshotWriter``) and merges them in the second (``MergedCollector``), one ``process`` label each.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+import json
+import os
+import tempfile
+import threading
+from typing import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import Metric
+
+REGISTRY = CollectorRegistry(auto_describe=True)
 
 _MS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 _US_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
 
 COMPILE_MS = Histogram("tagjit_compile_milliseconds", "Grammar compile time (cache misses)", ["kind"],
-                       buckets=_MS_BUCKETS)
-CACHE = Counter("tagjit_cache_lookups", "Grammar cache lookups by layer and result", ["layer", "result"])
-JIT_DECISIONS = Counter("tagjit_jit_decisions", "JIT policy decisions", ["decision"])
+                       buckets=_MS_BUCKETS, registry=REGISTRY)
+CACHE = Counter("tagjit_cache_lookups", "Grammar cache lookups by layer and result", ["layer", "result"],
+                registry=REGISTRY)
+JIT_DECISIONS = Counter("tagjit_jit_decisions", "JIT policy decisions", ["decision"], registry=REGISTRY)
 JIT_WAIT_MS = Histogram("tagjit_jit_wait_milliseconds", "Time the first token mask waited for its grammar",
-                        buckets=_MS_BUCKETS)
-MASK_FILL_US = Histogram("tagjit_mask_fill_microseconds", "Token mask fill time per row", buckets=_US_BUCKETS)
-ERRORS = Counter("tagjit_constraint_errors", "Constraints refused", ["kind"])
-LINT = Counter("tagjit_lint_findings", "Schema lint findings", ["rule"])
+                        buckets=_MS_BUCKETS, registry=REGISTRY)
+MASK_FILL_US = Histogram("tagjit_mask_fill_microseconds", "Token mask fill time per row", buckets=_US_BUCKETS,
+                         registry=REGISTRY)
+ERRORS = Counter("tagjit_constraint_errors", "Constraints refused", ["kind"], registry=REGISTRY)
+LINT = Counter("tagjit_lint_findings", "Schema lint findings", ["rule"], registry=REGISTRY)
+
+
+def snapshot() -> list[dict]:
+    """This process's tagjit metrics as JSON-serialisable families."""
+    out = []
+    for family in REGISTRY.collect():
+        out.append({"name": family.name, "type": family.type, "documentation": family.documentation,
+                    "samples": [[s.name, s.labels, s.value] for s in family.samples]})
+    return out
+
+
+class SnapshotWriter:
+    """Writes this process's snapshot to ``DIR/<pid>.json`` every ``interval_s`` (atomic replace)."""
+
+    def __init__(self, directory: str, interval_s: float = 1.0) -> None:
+        self.path = os.path.join(directory, f"{os.getpid()}.json")
+        self.directory = directory
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="tagjit-metrics")
+
+    def start(self) -> "SnapshotWriter":
+        """Start the background writer."""
+        self._thread.start()
+        return self
+
+    def write(self) -> None:
+        """Write one snapshot now."""
+        try:
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
+            with os.fdopen(fd, "w") as f:
+                json.dump(snapshot(), f)
+            os.replace(tmp, self.path)
+        except OSError:
+            pass
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.write()
+
+    def stop(self) -> None:
+        """Stop writing and remove this process's snapshot."""
+        self._stop.set()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+
+class MergedCollector:
+    """A collector for the serving process: its own tagjit metrics plus every snapshot in a directory."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield each tagjit family once, samples labelled with the process they come from."""
+        families: dict[str, Metric] = {}
+        sources = [("server", snapshot())]
+        try:
+            names = sorted(os.listdir(self.directory))
+        except OSError:
+            names = []
+        for name in names:
+            if not name.endswith(".json") or name == f"{os.getpid()}.json":
+                continue
+            try:
+                with open(os.path.join(self.directory, name)) as f:
+                    sources.append((f"engine-{name[:-5]}", json.load(f)))
+            except (OSError, ValueError):
+                continue
+        for process, fams in sources:
+            for fam in fams:
+                metric = families.get(fam["name"])
+                if metric is None:
+                    metric = families[fam["name"]] = Metric(fam["name"], fam["documentation"], fam["type"])
+                for sample_name, labels, value in fam["samples"]:
+                    metric.add_sample(sample_name, {**labels, "process": process}, value)
+        yield from families.values()
