@@ -18,7 +18,7 @@ from tagjit.grammars import json_schema_grammar
 from tagjit.settings import Settings
 from tagjit.spec import Constraint
 
-from conftest import schema_file
+from shared_data import schema_file
 
 PERSON = {
     "type": "object", "x-any-order": True,

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import TOKENIZERS
+from shared_data import TOKENIZERS
 
 LLAMA3 = str(TOKENIZERS / "llama3" / "tokenizer.model")
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}, "s": {"type": "string"}},

@@ -8,7 +8,7 @@ from tagjit import ConstraintError, Settings, UnsupportedFeatureError
 from tagjit.grammar import Grammar
 from tagjit.spec import Constraint, Kind
 
-from conftest import maskbench, schema_file
+from shared_data import maskbench, schema_file
 
 
 def accepts(service, constraint: Constraint, text: str) -> bool:

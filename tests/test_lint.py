@@ -6,7 +6,7 @@ import json
 
 from tagjit.lint import DECISION_BEFORE_REASONING, SORTED_PROPERTIES, Finding, lint_schema
 
-from conftest import schema_file
+from shared_data import schema_file
 
 TRIAGE_LABEL_FIRST = {  # the seed's ticket classifier after sort_keys=True
     "type": "object",

@@ -5,7 +5,7 @@ import shutil
 
 from tagjit import fingerprint, load_tokenizer_info
 
-from conftest import TOKENIZERS, mistral_tokenizer_model
+from shared_data import TOKENIZERS, mistral_tokenizer_model
 
 
 def test_tiktoken_ranks_file_with_llama3_specials(llama3_info):

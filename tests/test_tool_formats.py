@@ -20,7 +20,7 @@ import pytest
 from tagjit import CompileService, Constraint, Settings, bfcl
 from tagjit.tools import ToolFormat, build_tool_tag, format_names, load_format
 
-from conftest import DATA, TOKENIZERS
+from shared_data import DATA, TOKENIZERS
 from walk import Walker
 
 vllm = pytest.importorskip("vllm")

@@ -14,7 +14,7 @@ from tagjit import CompileService, Constraint, ConstraintError, Settings, Unsupp
 from tagjit import bfcl, tools
 from tagjit.tools import build_tool_tag, load_format
 
-from conftest import DATA
+from shared_data import DATA
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},

@@ -13,7 +13,7 @@ import pytest
 from tagjit import Settings, get_settings
 from tagjit.tools import build_tool_tag
 
-from conftest import TOKENIZERS
+from shared_data import TOKENIZERS
 
 pytest.importorskip("vllm")
 
