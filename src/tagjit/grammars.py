@@ -41,13 +41,39 @@ def build_grammar(constraint: Constraint, settings: Settings) -> Built:
 
 def json_schema_grammar(schema: dict | bool, settings: Settings) -> Built:
     """Grammar for a checked JSON schema with tagjit's whitespace bound."""
-    schema_mod.check_schema(schema)
+    schema = schema_mod.prepare_schema(schema)
     from . import any_order
 
     if any_order.wants_any_order(schema, settings.any_order_default):
-        return any_order.build(schema, settings)
-    return Built(xgr.Grammar.from_json_schema(json.dumps(schema), strict_mode=settings.strict_mode,
-                                              **whitespace_options(settings)))
+        built = any_order.build(schema, settings)
+        return Built(fix_string_lengths(built.grammar), built.filter_spec)
+    return Built(fix_string_lengths(xgr.Grammar.from_json_schema(
+        json.dumps(schema), strict_mode=settings.strict_mode, **whitespace_options(settings))))
+
+
+# xgrammar 0.2.8 writes a string with minLength/maxLength as "\"" X{min,max} "\"" with this rule for X:
+# any character but quote, backslash, CR and LF. It forbids every escape (\" \n \u00e9: valid JSON)
+# and allows raw control characters such as TAB (invalid JSON).
+_XGR_LENGTH_CHAR = r'(([^\"\\\r\n]))'
+# One decoded character of a JSON string: a raw character other than quote, backslash and U+0000-U+001F,
+# a two-character escape, a \u escape of a non-surrogate, or a surrogate pair (one character).
+# Lone surrogates are left out: they are not Unicode text.
+_HEX = "[0-9A-Fa-f]"
+_JSON_CHAR = (r'(([^\"\\\0-\x1f]) | ("\\" [\"\\/bfnrt])'
+              rf' | ("\\u" (([0-9A-Ca-cE-Fe-f] {_HEX}) | ([Dd] [0-7])) {_HEX} {_HEX})'
+              rf' | ("\\u" [Dd] [89ABab] {_HEX} {_HEX} "\\u" [Dd] [C-Fc-f] {_HEX} {_HEX}))')
+
+
+def fix_string_lengths(grammar: xgr.Grammar) -> xgr.Grammar:
+    """Make every length-bounded JSON string rule count decoded characters (escapes allowed, controls not)."""
+    text = str(grammar)
+    if _XGR_LENGTH_CHAR not in text:
+        return grammar
+    lines = []
+    for line in text.splitlines():
+        name, sep, body = line.partition(" ::= ")
+        lines.append(f"{name}{sep}{_JSON_CHAR}" if sep and body == _XGR_LENGTH_CHAR else line)
+    return xgr.Grammar.from_ebnf("\n".join(lines), root_rule_name="root")
 
 
 def whitespace_options(settings: Settings) -> dict[str, Any]:
@@ -97,7 +123,7 @@ def _structural_tag(c: Constraint, s: Settings) -> xgr.Grammar:
     if "format" not in tag:
         raise ConstraintError("structural_tag needs a 'format' (or legacy 'structures' and 'triggers')")
     tag = {"type": "structural_tag", "format": _prepare_format(tag["format"], s)}
-    return xgr.Grammar.from_structural_tag(json.dumps(tag))
+    return fix_string_lengths(xgr.Grammar.from_structural_tag(json.dumps(tag)))
 
 
 def legacy_to_format(tag: dict) -> dict:
@@ -133,7 +159,7 @@ def _prepare_format(node: Any, s: Settings) -> Any:
     if node.get("type") == "json_schema":
         if "json_schema" not in node:
             raise ConstraintError("structural_tag json_schema format needs a 'json_schema'")
-        schema_mod.check_schema(node["json_schema"])
+        out["json_schema"] = schema_mod.prepare_schema(node["json_schema"])
         if _TAG_WHITESPACE and s.max_whitespace and "max_whitespace_cnt" not in node:
             out["max_whitespace_cnt"] = s.max_whitespace
     return out

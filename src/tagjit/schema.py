@@ -28,6 +28,17 @@ _UNSUPPORTED = ("not", "if", "then", "else", "dependentRequired", "dependentSche
                 "contains", "minContains", "maxContains", "$dynamicRef", "$recursiveRef",
                 "unevaluatedItems")
 
+# Keywords that only constrain instances of one JSON type (xgrammar ignores them on a node without "type").
+_TYPE_KEYWORDS = {
+    "string": ("minLength", "maxLength", "pattern", "format"),
+    "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
+    "object": ("properties", "required", "additionalProperties", "patternProperties", "minProperties",
+               "maxProperties", "propertyNames", "unevaluatedProperties"),
+    "array": ("items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "contains"),
+}
+# Keywords that are not constraints on the node's own value (kept aside when combining schemas).
+_PASSIVE = _ANNOTATIONS | {"$defs", "definitions"}
+
 MAX_DEPTH = 128
 
 
@@ -48,8 +59,25 @@ def parse_schema(source: str | dict | bool) -> dict | bool:
 
 def check_schema(schema: dict | bool) -> None:
     """Raise ConstraintError if the schema is invalid, UnsupportedFeatureError if tagjit cannot enforce it."""
+    prepare_schema(schema)
+
+
+def prepare_schema(schema: dict | bool) -> dict | bool:
+    """Check a schema and return its normalised form (see normalize_schema), which xgrammar enforces exactly."""
     if isinstance(schema, bool):
-        return
+        return schema
+    _check_validity(schema)
+    try:
+        normalized = normalize_schema(schema)
+    except RecursionError:
+        raise ConstraintError(f"JSON schema nests deeper than {MAX_DEPTH} levels") from None
+    if isinstance(normalized, dict):
+        for where, node in _subschemas(normalized, "#"):
+            _check_node(node, where)
+    return normalized
+
+
+def _check_validity(schema: dict) -> None:
     _check_depth(schema)
     try:
         cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
@@ -59,8 +87,6 @@ def check_schema(schema: dict | bool) -> None:
         raise ConstraintError(f"invalid JSON schema at '/{path}': {e.message}") from None
     except RecursionError:
         raise ConstraintError(f"JSON schema nests deeper than {MAX_DEPTH} levels") from None
-    for where, node in _subschemas(schema, "#"):
-        _check_node(node, where)
 
 
 def _check_depth(node: Any, depth: int = 0) -> None:
@@ -90,7 +116,7 @@ def _check_node(node: dict, where: str) -> None:
     types = _types(node)
     if node.get("uniqueItems") is True:
         raise UnsupportedFeatureError("uniqueItems", where)
-    if "multipleOf" in node and node["multipleOf"] != 1:
+    if "multipleOf" in node:  # normalize_schema removed the forms that mean "an integer"
         raise UnsupportedFeatureError("multipleOf", where)
     fmt = node.get("format")
     if isinstance(fmt, str) and fmt not in SUPPORTED_FORMATS and (not types or "string" in types):
@@ -102,6 +128,8 @@ def _check_node(node: dict, where: str) -> None:
         raise UnsupportedFeatureError(f"$ref to an external document ({ref})", where)
     if isinstance(node.get("allOf"), list) and len(node["allOf"]) > 1:
         raise UnsupportedFeatureError("allOf with more than one branch", where)
+    if "pattern" in node and "format" in node:
+        raise UnsupportedFeatureError("pattern together with format", where)
     pattern_props = node.get("patternProperties")
     if isinstance(pattern_props, dict) and pattern_props:
         if "properties" in node:
@@ -142,3 +170,433 @@ def _subschemas(node: Any, where: str) -> Iterator[tuple[str, dict]]:
         elif key == "items" and isinstance(sub, list):
             for i, child in enumerate(sub):
                 yield from _subschemas(child, f"{where}/items/{i}")
+
+
+# -- normalisation: equivalent (or stricter, never looser) forms that xgrammar enforces exactly ---------
+
+def normalize_schema(schema: dict | bool) -> dict | bool:
+    """Rewrite a checked schema so that every constraint in it is one xgrammar enforces (never loosened).
+
+    xgrammar 0.2.8 silently drops several constraints; each is rewritten into a form it enforces:
+    sibling keywords of ``allOf``/``anyOf``/``oneOf`` (merged into the branches), type-specific
+    keywords on a node without ``type`` (the type is inferred from them), ``enum``/``const`` beside
+    other keywords (values the other keywords reject are removed), ``required`` keys missing from
+    ``properties`` (added with the ``additionalProperties`` schema), ``multipleOf: 1`` (an integer),
+    draft-4 tuple ``items`` and boolean exclusive bounds, and unanchored ``pattern``s (xgrammar anchors
+    every pattern). A ``oneOf`` whose branches may overlap is refused: xgrammar would enforce anyOf.
+    """
+    if isinstance(schema, bool):
+        return schema
+    return _Normalizer(schema).node(schema, "#")
+
+
+class _Normalizer:
+    def __init__(self, root: dict) -> None:
+        self.root = root
+        cls = jsonschema.validators.validator_for(root, default=jsonschema.Draft202012Validator)
+        self._validator = cls(root)
+        self._inlining: list[str] = []
+        self._anchors = dict(_anchors(root, "#"))
+
+    # -- one node ------------------------------------------------------------------------------
+    def node(self, n: Any, where: str) -> Any:
+        if not isinstance(n, dict):
+            return n
+        n = _draft4(dict(n))
+        ref = n.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#") and ref != "#" and not ref.startswith("#/"):
+            if ref not in self._anchors:  # xgrammar would silently accept anything here
+                raise ConstraintError(f"JSON schema at '{where}': $ref {ref!r} names no anchor in the schema")
+            n["$ref"] = self._anchors[ref]
+        _exact_date(n)
+        if isinstance(n.get("allOf"), list):
+            branches = n.pop("allOf")
+            merged: Any = n
+            for i, b in enumerate(branches):
+                merged = self.merge(merged, b, f"{where}/allOf/{i}")
+            if merged is False:
+                raise ConstraintError(f"JSON schema at '{where}' accepts no value (its allOf branches conflict)")
+            n = merged if isinstance(merged, dict) else {}
+        combinators = [k for k in ("anyOf", "oneOf") if isinstance(n.get(k), list)]
+        if len(combinators) == 2:
+            raise UnsupportedFeatureError("anyOf together with oneOf", where)
+        if combinators:
+            n = self._distribute(n, combinators[0], where)
+        for key in _SCHEMA_MAPS:
+            if isinstance(n.get(key), dict):
+                n[key] = {name: self.node(child, f"{where}/{key}/{name}") for name, child in n[key].items()}
+        for key in _SCHEMA_LISTS:
+            if isinstance(n.get(key), list):
+                n[key] = [self.node(child, f"{where}/{key}/{i}") for i, child in enumerate(n[key])]
+        for key in _SCHEMA_VALUES:
+            if isinstance(n.get(key), dict):
+                n[key] = self.node(n[key], f"{where}/{key}")
+        if combinators and combinators[0] == "oneOf":
+            n["oneOf"] = self._one_of(n["oneOf"], where)
+        _infer_type(n)
+        _multiple_of_one(n)
+        _anchor_pattern(n)
+        self._required_properties(n, where)
+        return self._filter_enum(n, where)
+
+    def _distribute(self, n: dict, comb: str, where: str) -> dict:
+        siblings = {k: v for k, v in n.items() if k not in _PASSIVE and k != comb}
+        if not siblings:
+            return n
+        branches = []
+        for i, b in enumerate(n[comb]):
+            merged = self.merge(siblings, b, f"{where}/{comb}/{i}")
+            if merged is not False:
+                branches.append(merged)
+        if not branches:
+            raise ConstraintError(f"JSON schema at '{where}' accepts no value (no {comb} branch fits its siblings)")
+        out = {k: v for k, v in n.items() if k not in siblings}
+        out[comb] = branches
+        return out
+
+    def _required_properties(self, n: dict, where: str) -> None:
+        required = n.get("required")
+        if not isinstance(required, list) or "patternProperties" in n or not _allows(n, "object"):
+            return
+        props = n.get("properties")
+        props = dict(props) if isinstance(props, dict) else {}
+        extra = n.get("additionalProperties", True)
+        missing = [k for k in required if isinstance(k, str) and k not in props]
+        if not missing:
+            return
+        if extra is False:
+            raise ConstraintError(f"JSON schema at '{where}' requires {missing[0]!r}, which additionalProperties: "
+                                  "false forbids: no object satisfies it")
+        for k in missing:
+            props[k] = extra if isinstance(extra, dict) else {}
+        n["properties"] = props
+
+    def _filter_enum(self, n: dict, where: str) -> dict:
+        key = "const" if "const" in n else "enum" if isinstance(n.get("enum"), list) else None
+        if key is None:
+            return n
+        rest = {k: v for k, v in n.items() if k not in _PASSIVE and k not in ("enum", "const")}
+        if not rest:
+            return n
+        values = [n["const"]] if key == "const" else n["enum"]
+        check = self._validator.evolve(schema=rest)
+        kept = [v for v in values if check.is_valid(v)]
+        if not kept:
+            raise ConstraintError(f"JSON schema at '{where}' accepts no value: no {key} value satisfies its "
+                                  f"other keywords ({', '.join(rest)})")
+        out = {k: v for k, v in n.items() if k in _PASSIVE}
+        if key == "const":
+            out["const"] = kept[0]
+        else:
+            out["enum"] = kept
+        return out
+
+    def _one_of(self, branches: list, where: str) -> list:
+        """oneOf branches that cannot overlap (so anyOf means oneOf), or UnsupportedFeatureError."""
+        views = [self._view(b) for b in branches]
+        overlap = next(((i, j) for i in range(len(views)) for j in range(i + 1, len(views))
+                        if not _disjoint(views[i], views[j])), None)
+        if overlap is None:
+            return branches
+        key = _discriminator(views)
+        if key is None:
+            i, j = overlap
+            raise UnsupportedFeatureError(f"oneOf whose branches {i} and {j} may both match "
+                                          "(only anyOf can be enforced)", where)
+        # Requiring the discriminator makes the branches disjoint: stricter than oneOf, never looser.
+        out = []
+        for i, b in enumerate(branches):
+            merged = self.merge(b, {"required": [key]}, f"{where}/oneOf/{i}")
+            out.append(self.node(merged, f"{where}/oneOf/{i}") if merged is not False else False)
+        return [b for b in out if b is not False]
+
+    def _view(self, b: Any) -> Any:
+        """A branch with its $ref chain followed and its type inferred, for disjointness checks."""
+        for _ in range(16):
+            if not (isinstance(b, dict) and isinstance(b.get("$ref"), str)):
+                break
+            b = self._resolve(b["$ref"], "#")
+        if isinstance(b, dict):
+            b = dict(b)
+            _infer_type(b)
+        return b
+
+    # -- combining two schemas (allOf semantics) -------------------------------------------------
+    def merge(self, a: Any, b: Any, where: str) -> Any:
+        """A schema accepting exactly what both a and b accept (False: nothing); refuses what it cannot say."""
+        if a is False or b is False:
+            return False
+        if a is True or a == {}:
+            return b
+        if b is True or b == {}:
+            return a
+        if not isinstance(a, dict) or not isinstance(b, dict):
+            raise ConstraintError(f"invalid JSON schema at '{where}': a schema must be an object or a boolean")
+        a, b = self._inline(a, where), self._inline(b, where)
+        if a is False or b is False:
+            return False
+        if "allOf" in a or "allOf" in b:
+            a, b = self.node(a, where), self.node(b, where)
+        for x, y in ((a, b), (b, a)):
+            comb = next((k for k in ("anyOf", "oneOf") if k in x), None)
+            if comb is not None:
+                if any(k in y for k in ("anyOf", "oneOf")):
+                    raise UnsupportedFeatureError(f"{comb} combined with another anyOf/oneOf", where)
+                branches = [self.merge({k: v for k, v in x.items() if k != comb}, br, f"{where}/{comb}/{i}")
+                            for i, br in enumerate(x[comb])]
+                branches = [self.merge(br, y, where) for br in branches if br is not False]
+                branches = [br for br in branches if br is not False]
+                return {comb: branches} if branches else False
+        out = dict(a)
+        if _has_object_shape(a) or _has_object_shape(b):
+            obj = self._merge_object(a, b, where)
+            if obj is False:
+                return False
+            for k in _OBJECT_SHAPE:
+                out.pop(k, None)
+            out.update(obj)
+        for k, vb in b.items():
+            if k in _OBJECT_SHAPE:
+                continue
+            if k not in out:
+                out[k] = vb
+                continue
+            va = out[k]
+            if va == vb or k in _PASSIVE:
+                continue
+            merged = self._merge_keyword(k, va, vb, where)
+            if merged is False and k in ("type", "enum", "const"):
+                return False
+            out[k] = merged
+        return out
+
+    def _merge_keyword(self, k: str, va: Any, vb: Any, where: str) -> Any:
+        if k == "type":
+            ta, tb = _type_list(va), _type_list(vb)
+            both = [t for t in ta if t in tb or (t == "integer" and "number" in tb)]
+            both += [t for t in tb if t == "integer" and "number" in ta and t not in both]
+            return (both[0] if len(both) == 1 else both) if both else False
+        if k == "required":
+            return list(dict.fromkeys([*va, *vb]))
+        if k == "enum":
+            keys = {json.dumps(v, sort_keys=True) for v in vb}
+            both = [v for v in va if json.dumps(v, sort_keys=True) in keys]
+            return both or False
+        if k == "const":
+            return False
+        if k in ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties") \
+                and _number(va) and _number(vb):
+            return max(va, vb)
+        if k in ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties") \
+                and _number(va) and _number(vb):
+            return min(va, vb)
+        if k in ("items", "additionalItems", "propertyNames"):
+            return self.merge(va, vb, f"{where}/{k}")
+        raise UnsupportedFeatureError(f"combining two different {k!r} values (allOf, or anyOf/oneOf siblings)", where)
+
+    def _merge_object(self, a: dict, b: dict, where: str) -> Any:
+        if "patternProperties" in a or "patternProperties" in b:
+            raise UnsupportedFeatureError("patternProperties inside allOf or beside anyOf/oneOf", where)
+        pa, pb = a.get("properties", {}), b.get("properties", {})
+        ea, eb = a.get("additionalProperties", True), b.get("additionalProperties", True)
+        extra = self.merge(ea, eb, f"{where}/additionalProperties")
+        required = list(dict.fromkeys([*a.get("required", []), *b.get("required", [])]))
+        props: dict = {}
+        for name in dict.fromkeys([*pa, *pb]):
+            merged = self.merge(pa.get(name, ea), pb.get(name, eb), f"{where}/properties/{name}")
+            if merged is False:
+                if name in required:
+                    return False
+                if extra is not False:
+                    raise UnsupportedFeatureError(f"property {name!r} forbidden by one allOf/anyOf part only", where)
+                continue
+            props[name] = merged
+        out: dict = {}
+        if props:
+            out["properties"] = props
+        if required:
+            out["required"] = required
+        if extra is not True:
+            out["additionalProperties"] = extra
+        return out
+
+    def _inline(self, n: dict, where: str) -> Any:
+        """Replace a local $ref that has sibling keywords by its (non-recursive) target."""
+        ref = n.get("$ref")
+        if not isinstance(ref, str):
+            return n
+        if ref in self._inlining:
+            raise UnsupportedFeatureError("$ref to a recursive definition combined with other keywords", where)
+        target = self._resolve(ref, where)
+        rest = {k: v for k, v in n.items() if k != "$ref"}
+        self._inlining.append(ref)
+        try:  # refs inside the target stay refs: the root keeps its definitions
+            return self.merge(target, rest, where) if rest else target
+        finally:
+            self._inlining.pop()
+
+    def _resolve(self, ref: str, where: str) -> Any:
+        ref = self._anchors.get(ref, ref)
+        if not ref.startswith("#"):
+            raise UnsupportedFeatureError(f"$ref to an external document ({ref})", where)
+        node: Any = self.root
+        for part in ref[1:].split("/")[1:] if ref != "#" else []:
+            part = part.replace("~1", "/").replace("~0", "~")
+            try:
+                node = node[int(part)] if isinstance(node, list) else node[part]
+            except (KeyError, IndexError, ValueError, TypeError):
+                raise ConstraintError(f"JSON schema at '{where}': $ref {ref!r} does not resolve") from None
+        return node
+
+
+_OBJECT_SHAPE = ("properties", "additionalProperties", "required", "patternProperties")
+
+
+def _has_object_shape(n: dict) -> bool:
+    return any(k in n for k in _OBJECT_SHAPE)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _type_list(t: Any) -> list[str]:
+    return [t] if isinstance(t, str) else [x for x in t if isinstance(x, str)] if isinstance(t, list) else []
+
+
+def _allows(n: dict, type_name: str) -> bool:
+    types = _type_list(n.get("type"))
+    return not types or type_name in types
+
+
+def _draft4(n: dict) -> dict:
+    """Draft-4 forms xgrammar does not read: tuple ``items`` and boolean exclusive bounds."""
+    if isinstance(n.get("items"), list):
+        n["prefixItems"] = n.pop("items")
+        if "additionalItems" in n:
+            n["items"] = n.pop("additionalItems")
+    for exclusive, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        flag = n.get(exclusive)
+        if isinstance(flag, bool):
+            del n[exclusive]
+            if flag and bound in n:
+                n[exclusive] = n.pop(bound)
+    return n
+
+
+def _infer_type(n: dict) -> None:
+    if "type" in n or any(k in n for k in ("enum", "const", "$ref", "anyOf", "oneOf", "allOf", "not")):
+        return
+    types = [t for t, kws in _TYPE_KEYWORDS.items() if any(k in n for k in kws)]
+    if types:  # only those types: stricter than JSON Schema (other types pass), never looser
+        n["type"] = types[0] if len(types) == 1 else types
+
+
+def _multiple_of_one(n: dict) -> None:
+    m = n.get("multipleOf")
+    if not _number(m) or m != 1:
+        return
+    types = _type_list(n.get("type"))
+    if types in (["integer"], ["number"]):
+        n["type"] = "integer"  # 2.0 is also a multiple of 1; integers are the stricter form
+        del n["multipleOf"]
+
+
+def _anchor_pattern(n: dict) -> None:
+    """xgrammar matches a pattern against the whole string; JSON Schema searches for it anywhere."""
+    p = n.get("pattern")
+    if not isinstance(p, str) or (p.startswith("^") and p.endswith("$") and not p.endswith("\\$")):
+        return
+    head = "" if p.startswith("^") else ".*"
+    tail = "" if p.endswith("$") and not p.endswith("\\$") else ".*"
+    n["pattern"] = f"^{head}(?:{p}){tail}$"  # anchored again, so normalising twice changes nothing
+
+
+def _value_types(n: Any) -> set[str] | None:
+    """The JSON types a (normalised) schema's values can have; None if any."""
+    if not isinstance(n, dict):
+        return None if n is not False else set()
+    values = [n["const"]] if "const" in n else n.get("enum") if isinstance(n.get("enum"), list) else None
+    if values is not None:
+        return {_json_type(v) for v in values}
+    types = set(_type_list(n.get("type")))
+    if "number" in types:
+        types.add("integer")
+    return types or None
+
+
+def _json_type(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int):
+        return "integer"
+    if isinstance(v, float):
+        return "integer" if v.is_integer() else "number"
+    return {str: "string", list: "array", dict: "object"}.get(type(v), "object")
+
+
+def _values(n: Any) -> set[str] | None:
+    if not isinstance(n, dict):
+        return None
+    if "const" in n:
+        return {json.dumps(n["const"], sort_keys=True)}
+    if isinstance(n.get("enum"), list):
+        return {json.dumps(v, sort_keys=True) for v in n["enum"]}
+    return None
+
+
+def _disjoint(a: Any, b: Any) -> bool:
+    ta, tb = _value_types(a), _value_types(b)
+    if ta is not None and tb is not None and not (ta & tb or ("number" in ta and "integer" in tb)
+                                                  or ("integer" in ta and "number" in tb)):
+        return True
+    va, vb = _values(a), _values(b)
+    if va is not None and vb is not None and not va & vb:
+        return True
+    if isinstance(a, dict) and isinstance(b, dict):  # objects told apart by a required discriminator
+        pa, pb = a.get("properties", {}), b.get("properties", {})
+        shared = set(a.get("required", [])) & set(b.get("required", []))
+        for key in shared:
+            if key in pa and key in pb and (x := _values(pa[key])) is not None and (y := _values(pb[key])) is not None \
+                    and not x & y:
+                return True
+        if a.get("additionalProperties") is False and b.get("additionalProperties") is False:
+            ra, rb = set(a.get("required", [])), set(b.get("required", []))
+            if (ra - set(pb)) or (rb - set(pa)):
+                return True
+    return False
+
+
+def _discriminator(views: list) -> str | None:
+    """A property every branch declares with const/enum values no two branches share."""
+    if not all(isinstance(v, dict) and isinstance(v.get("properties"), dict) for v in views):
+        return None
+    for key in views[0]["properties"]:
+        sets = [_values(v["properties"].get(key)) for v in views]
+        if all(x is not None for x in sets) and sum(len(x) for x in sets) == len(set().union(*sets)):
+            return key
+    return None
+
+
+def _anchors(node: Any, where: str) -> Iterator[tuple[str, str]]:
+    """Plain-name fragments (draft-4 ``id: "#name"``, ``$id``, ``$anchor``) and their JSON pointers."""
+    for path, sub in _subschemas(node, where):
+        for key in ("id", "$id"):
+            if isinstance(sub.get(key), str) and sub[key].startswith("#") and len(sub[key]) > 1:
+                yield sub[key], path
+        if isinstance(sub.get("$anchor"), str):
+            yield "#" + sub["$anchor"], path
+
+
+# RFC 3339 full-date with the days of each month and leap years (xgrammar's "date" accepts 2021-02-31).
+_DATE = ("(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
+         "|02-(?:0[1-9]|1[0-9]|2[0-8]))|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)"
+         "-02-29)")
+
+
+def _exact_date(n: dict) -> None:
+    if n.get("format") == "date" and "pattern" not in n:
+        del n["format"]
+        n["pattern"] = f"^{_DATE}$"
