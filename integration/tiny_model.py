@@ -34,7 +34,15 @@ def mistral_tokenizer_model() -> str:
     return os.path.join(os.path.dirname(mistral_common.__file__), "data", "tokenizer.model.v1")
 
 
-def build(out_dir: str, hidden: int = 64, layers: int = 2, head_dim: int = 32, seed: int = 0) -> str:
+# Messages only: for benchmarks whose prompt length must not grow with the number of tools.
+PLAIN_TEMPLATE = """{%- for message in messages %}<|{{ message['role'] }}|>
+{{ message['content'] if message['content'] is string else '' }}
+{% endfor %}{%- if add_generation_prompt %}<|assistant|>
+{% endif %}"""
+
+
+def build(out_dir: str, hidden: int = 64, layers: int = 2, head_dim: int = 32, seed: int = 0,
+          chat_template: str = CHAT_TEMPLATE) -> str:
     """Write config, random weights and tokenizer to out_dir (reused if already complete)."""
     marker = os.path.join(out_dir, ".complete")
     if os.path.exists(marker):
@@ -45,7 +53,7 @@ def build(out_dir: str, hidden: int = 64, layers: int = 2, head_dim: int = 32, s
     os.makedirs(out_dir, exist_ok=True)
     shutil.copy(mistral_tokenizer_model(), os.path.join(out_dir, "tokenizer.model"))
     tok = LlamaTokenizer.from_pretrained(out_dir, legacy=False)
-    tok.chat_template = CHAT_TEMPLATE
+    tok.chat_template = chat_template
     tok.save_pretrained(out_dir)
     torch.manual_seed(seed)
     config = LlamaConfig(

@@ -1,0 +1,224 @@
+"""Time to first token under structured outputs, against real ``vllm serve`` processes on this machine.
+
+For each backend (tagjit, vLLM's built-in xgrammar and guidance) a server is started with a random
+Llama big enough that a long prompt's prefill takes about as long as a large grammar's compile.
+Requests go one at a time (streamed) so TTFT is not confounded by batching:
+
+  schemas        JSONSchemaBench schemas, each new to the server, long prompt
+  tools-N        tool_choice=required with N BFCL tools, a new tool set per request, long prompt
+  tools-combo    tool_choice=required, short prompt, a new combination of 200 tools all seen before
+  plain          the same prompts without constraints (the baseline of every overhead)
+
+Prints a table (median TTFT, overhead over plain, ratio to xgrammar), writes JSON and a plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "integration"))
+sys.path.insert(0, str(ROOT / "src"))
+
+from server import closer_bias, vllm_server  # noqa: E402
+from tiny_model import PLAIN_TEMPLATE, build  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data"
+EOS = "2"
+
+
+def long_prompt(tokens: int, seed: int) -> str:
+    """A user message of roughly `tokens` tokens (common words; distinct per seed so no prefix caching)."""
+    rng = random.Random(seed)
+    words = ["system", "request", "weather", "account", "record", "value", "during", "between", "number", "market",
+             "answer", "report", "people", "change", "process", "result", "history", "service", "member", "energy"]
+    return f"[{seed}] " + " ".join(rng.choice(words) for _ in range(tokens))
+
+
+def load_schemas(n: int) -> list[dict]:
+    """JSONSchemaBench schemas that tagjit and xgrammar both accept (so every backend gets the same set)."""
+    from tagjit import ConstraintError, Settings
+    from tagjit.compiler import validate
+    from tagjit.spec import Constraint, Kind
+
+    out = []
+    for split in ("Github_easy", "Glaiveai2K", "Github_medium"):
+        for name in sorted(os.listdir(DATA / "jsonschemabench" / split)):
+            schema = json.loads((DATA / "jsonschemabench" / split / name).read_text())
+            try:
+                validate(Constraint.of(Kind.JSON, schema), Settings())
+            except ConstraintError:
+                continue
+            out.append(schema)
+            if len(out) >= n:
+                return out
+    return out
+
+
+def stream_ttft(client, **kwargs) -> tuple[float, float]:
+    """(TTFT, total latency) in ms of one streamed chat completion."""
+    start = time.perf_counter()
+    first = None
+    for chunk in client.chat.completions.create(stream=True, **kwargs):
+        if first is None and chunk.choices:
+            delta = chunk.choices[0].delta
+            if delta.content or delta.tool_calls:
+                first = time.perf_counter()
+    end = time.perf_counter()
+    return ((first or end) - start) * 1000, (end - start) * 1000
+
+
+def run_backend(backend: str, model: str, args, schemas, tools, log) -> list[dict]:
+    """All scenarios against one freshly started server."""
+    from openai import OpenAI
+
+    rows: list[dict] = []
+    bias = {**closer_bias(model), EOS: 4.0}
+    extra = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--max-num-seqs", "4",
+             "--max-num-batched-tokens", "8192", "--no-enable-prefix-caching"]
+    with vllm_server(backend, *extra, model_dir=model, log_path=str(Path(args.out) / f"vllm-{backend}.log")) as url:
+        client = OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600)
+        common = dict(model="tiny", max_tokens=args.max_tokens, logit_bias=bias, temperature=1.0)
+
+        def measure(scenario: str, constrained: bool, prompt: str, **kw) -> None:
+            ttft, total = stream_ttft(client, messages=[{"role": "user", "content": prompt}], **common, **kw)
+            rows.append({"backend": backend, "scenario": scenario, "constrained": constrained,
+                         "ttft_ms": ttft, "total_ms": total})
+            log(f"  {backend:<9} {scenario:<12} {'constrained' if constrained else 'plain':<11} "
+                f"TTFT {ttft:7.0f} ms  total {total:7.0f} ms")
+
+        # One-off costs (first forward pass, first mask apply, first tool tag) are paid before measuring.
+        measure("warmup", False, long_prompt(args.prompt_tokens, 0))
+        measure("warmup", True, long_prompt(args.prompt_tokens, 1), extra_body={"structured_outputs": {"regex": "[a-z]+"}})
+        measure("warmup", True, "x", tools=tools[-1:], tool_choice="required")
+        seed = 1
+        for schema in schemas:
+            seed += 1
+            prompt = long_prompt(args.prompt_tokens, seed)
+            measure("schemas", False, prompt)
+            measure("schemas", True, prompt, response_format={
+                "type": "json_schema", "json_schema": {"name": "s", "schema": schema}})
+        rng = random.Random(0)
+        for n in args.tool_counts:
+            for _ in range(args.repeats):
+                seed += 1
+                prompt = long_prompt(args.prompt_tokens, seed)
+                subset = rng.sample(tools, n)
+                measure(f"tools-{n}", False, prompt)
+                measure(f"tools-{n}", True, prompt, tools=subset, tool_choice="required")
+        pool = tools[:args.pool]
+        for start in range(0, len(pool), 100):  # every tool of the pool seen once, in groups
+            client.chat.completions.create(messages=[{"role": "user", "content": "x"}], tools=pool[start:start + 100],
+                                           tool_choice="required", **{**common, "max_tokens": 1})
+        for _ in range(args.repeats):
+            seed += 1
+            prompt = long_prompt(args.short_tokens, seed)
+            measure("tools-combo", False, prompt)
+            measure("tools-combo", True, prompt, tools=rng.sample(pool, min(200, len(pool))), tool_choice="required")
+    return rows
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """Median TTFT per backend and scenario, overhead over plain, ratio to xgrammar."""
+    out = []
+    scenarios = [s for s in dict.fromkeys(r["scenario"] for r in rows) if s != "warmup"]
+    backends = list(dict.fromkeys(r["backend"] for r in rows))
+    med = {}
+    for b in backends:
+        for s in scenarios:
+            for c in (False, True):
+                vals = [r["ttft_ms"] for r in rows if r["backend"] == b and r["scenario"] == s and r["constrained"] == c]
+                if vals:
+                    med[(b, s, c)] = statistics.median(vals)
+    for s in scenarios:
+        for b in backends:
+            if (b, s, True) not in med:
+                continue
+            plain, cons = med[(b, s, False)], med[(b, s, True)]
+            xg = med.get(("xgrammar", s, True))
+            out.append({"scenario": s, "backend": b, "plain_ttft_ms": plain, "ttft_ms": cons,
+                        "overhead_pct": 100 * (cons - plain) / plain,
+                        "vs_xgrammar": cons / xg if xg else None})
+    return out
+
+
+def print_table(summary: list[dict]) -> None:
+    """The comparison table."""
+    print(f"\n{'scenario':<12} {'backend':<9} {'plain ms':>9} {'TTFT ms':>9} {'overhead':>9} {'vs xgrammar':>12}")
+    print("-" * 64)
+    for r in summary:
+        vs = f"{r['vs_xgrammar']:.2f}x" if r["vs_xgrammar"] else "-"
+        print(f"{r['scenario']:<12} {r['backend']:<9} {r['plain_ttft_ms']:>9.0f} {r['ttft_ms']:>9.0f} "
+              f"{r['overhead_pct']:>8.1f}% {vs:>12}")
+
+
+def plot(summary: list[dict], path: str) -> None:
+    """Grouped bars of TTFT overhead per scenario and backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scenarios = list(dict.fromkeys(r["scenario"] for r in summary))
+    backends = list(dict.fromkeys(r["backend"] for r in summary))
+    fig, ax = plt.subplots(figsize=(9, 4))
+    width = 0.8 / len(backends)
+    for i, b in enumerate(backends):
+        ys = [next((r["overhead_pct"] for r in summary if r["scenario"] == s and r["backend"] == b), 0)
+              for s in scenarios]
+        ax.bar([x + i * width for x in range(len(scenarios))], ys, width, label=b)
+    ax.set_xticks([x + width * (len(backends) - 1) / 2 for x in range(len(scenarios))], scenarios)
+    ax.set_ylabel("TTFT overhead over unconstrained (%)")
+    ax.axhline(0, color="black", linewidth=0.5)
+    ax.legend()
+    ax.set_title("Structured-output TTFT overhead, vLLM on CPU")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> int:
+    """Run the benchmark."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backends", default="tagjit,xgrammar,guidance")
+    p.add_argument("--schemas", type=int, default=6)
+    p.add_argument("--tool-counts", type=lambda s: [int(x) for x in s.split(",")], default=[10, 50, 200])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--pool", type=int, default=300, help="tools seen before the tools-combo requests")
+    p.add_argument("--prompt-tokens", type=int, default=2400)
+    p.add_argument("--short-tokens", type=int, default=40)
+    p.add_argument("--max-tokens", type=int, default=8)
+    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--out", default="out/ttft")
+    p.add_argument("--json", help="write rows and summary to this file")
+    args = p.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    from tagjit.bfcl import load_tools
+
+    model = build(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tagjit-bench-llama-{args.hidden}x{args.layers}"),
+                  hidden=args.hidden, layers=args.layers, chat_template=PLAIN_TEMPLATE)
+    schemas = load_schemas(args.schemas)
+    tools = load_tools(str(DATA / "bfcl"))
+    rows: list[dict] = []
+    for backend in args.backends.split(","):
+        print(f"[{backend}] starting vllm serve ...", flush=True)
+        rows += run_backend(backend, model, args, schemas, tools, lambda m: print(m, flush=True))
+    summary = summarize(rows)
+    print_table(summary)
+    plot(summary, os.path.join(args.out, "ttft.png"))
+    print(f"\nplot: {os.path.join(args.out, 'ttft.png')}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "summary": summary, "args": vars(args)}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
