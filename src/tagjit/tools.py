@@ -20,13 +20,14 @@ from functools import lru_cache
 from typing import Any, Literal, Mapping, Sequence
 
 from . import schema as schema_mod
+from . import xml_args
 from .errors import ConstraintError
 from .grammars import _TAG_WHITESPACE
 from .settings import Settings, get_settings
 
-ArgumentStyle = Literal["json", "qwen_xml", "deepseek_xml", "glm_xml", "minimax_xml"]
+ArgumentStyle = Literal["json", "qwen_xml", "deepseek_xml", "glm_xml"]
 Layout = Literal["triggered", "messages"]
-ARGUMENT_STYLES = ("json", "qwen_xml", "deepseek_xml", "glm_xml", "minimax_xml")
+ARGUMENT_STYLES = ("json", *xml_args.STYLES)
 _NAME_FORBIDDEN = set('"\\<>\n\r\t`') | {chr(c) for c in range(0x20)}
 
 
@@ -46,6 +47,7 @@ class ToolFormat:
     call: tuple[CallSyntax, ...]
     arguments: str
     trigger: str
+    argument_syntax: Mapping[str, str] | None = field(default=None, compare=False, hash=False)
     separator: str = ""
     wrapper: tuple[str, str] | None = None
     forced_prefix: str = ""
@@ -134,6 +136,13 @@ def parse_format(data: Mapping[str, Any]) -> ToolFormat:
     style = data.get("arguments", "json")
     if style not in ARGUMENT_STYLES:
         raise ConstraintError(f"format {name}: argument style {style!r} is not one of {ARGUMENT_STYLES}")
+    syntax_override = data.get("argument_syntax")
+    if syntax_override is not None:
+        if style == "json" or not isinstance(syntax_override, Mapping) or not all(
+                isinstance(syntax_override.get(k, ""), str) for k in ("begin", "end")):
+            raise ConstraintError(f"format {name}: argument_syntax needs an XML style and 'begin'/'end' strings")
+        if "{key}" not in syntax_override.get("begin", "{key}"):
+            raise ConstraintError(f"format {name}: argument_syntax begin lacks the {{key}} placeholder")
     trigger = data.get("trigger")
     if not isinstance(trigger, str) or not trigger:
         raise ConstraintError(f"format {name}: needs a non-empty 'trigger'")
@@ -157,6 +166,7 @@ def parse_format(data: Mapping[str, Any]) -> ToolFormat:
         call=call,
         arguments=style,
         trigger=trigger,
+        argument_syntax=dict(syntax_override) if syntax_override else None,
         separator=data.get("separator", ""),
         wrapper=wrapper,
         forced_prefix=data.get("forced_prefix", ""),
@@ -262,10 +272,13 @@ def constrains_arguments(tool: Tool, mode: str) -> bool:
 
 def arguments_content(fmt: ToolFormat, schema: dict | bool | None, max_whitespace: int | None) -> dict:
     """The argument part of one call: the schema (or any object, if None) in the format's style."""
-    if schema is None:
-        schema = {"type": "object"} if fmt.arguments == "json" else True
-    else:
+    if schema is not None:
         schema_mod.check_schema(schema)
+    if fmt.arguments in xml_args.STYLES:  # tagjit's own grammar: exactly what the engine's parser returns
+        st = xml_args.style(fmt.arguments, fmt.argument_syntax)
+        return xml_args.arguments_node(st, schema, get_settings().replace(max_whitespace=max_whitespace))
+    if schema is None:
+        schema = {"type": "object"}
     node: dict[str, Any] = {"type": "json_schema", "json_schema": schema}
     if fmt.arguments != "json":
         node["style"] = fmt.arguments
