@@ -65,3 +65,36 @@ def test_check_regex(tmp_path):
 def test_tokenizer_may_be_a_vocab_and_merges_directory(schema_path):
     r = tagjit("check", "--tokenizer", str(TOKENIZERS / "qwen2"), "--schema", schema_path, stdin=b'{"n": 5}\n')
     assert r.stdout.decode().split() == ["accept"]
+
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+def test_check_tool_calls_in_a_native_format(tmp_path):
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps(TOOLS))
+    texts = ['<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+             '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>',
+             '<tool_call>\n{"name": "get_weather", "arguments": {"town": "Paris"}}\n</tool_call>']
+    stdin = "".join(json.dumps(t) + "\n" for t in texts).encode()
+    r = tagjit("check", "--tokenizer", LLAMA3, "--tools", str(tools), "--format", "hermes",
+               "--tool-choice", "required", stdin=stdin)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode().split() == ["accept", "reject", "reject"]
+
+
+def test_check_honours_any_order_keyword(tmp_path):
+    schema = tmp_path / "any.json"
+    schema.write_text(json.dumps({**SCHEMA, "x-any-order": True}))
+    r = tagjit("check", "--tokenizer", LLAMA3, "--schema", str(schema),
+               stdin=b'{"s": "x", "n": 1}\n{"s": "x"}\n{"n": 1, "n": 2}\n')
+    assert r.stdout.decode().split() == ["accept", "reject", "reject"]
+
+
+def test_lint_flags_decision_before_reasoning(tmp_path):
+    schema = tmp_path / "judge.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {
+        "verdict": {"enum": ["pass", "fail"]}, "reasoning": {"type": "string"}}}))
+    r = tagjit("lint", str(schema))
+    assert r.returncode == 1 and b"decision-before-reasoning" in r.stdout
