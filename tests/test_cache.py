@@ -70,3 +70,32 @@ def test_concurrent_requests_for_one_constraint_compile_once(llama3_info):
     futures = [svc.submit(c) for _ in range(8)]
     results = {id(f.result()) for f in futures}
     assert len(results) == 1
+
+
+def _compile_in_process(directory: str, tokenizer: str, patterns: list[str]) -> int:
+    from tagjit import CompileService, Settings, load_tokenizer_info
+    from tagjit.spec import Constraint, Kind
+
+    svc = CompileService(load_tokenizer_info(tokenizer), Settings(disk_cache_dir=directory))
+    for p in patterns:
+        svc.compile(Constraint.of(Kind.REGEX, p))
+    return svc.disk.corrupt
+
+
+def test_processes_sharing_a_disk_cache_never_see_torn_files(tmp_path):
+    import multiprocessing
+
+    from shared_data import TOKENIZERS
+
+    from tagjit import load_tokenizer_info
+
+    tokenizer = str(TOKENIZERS / "llama3" / "tokenizer.model")
+    patterns = [f"shared-{i}-[a-z]{{2,4}}" for i in range(6)]
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(3) as pool:
+        corrupt = pool.starmap(_compile_in_process, [(str(tmp_path), tokenizer, patterns)] * 3)
+    assert corrupt == [0, 0, 0]
+    reader = CompileService(load_tokenizer_info(tokenizer), Settings(disk_cache_dir=str(tmp_path)))
+    for p in patterns:
+        reader.compile(Constraint.of(Kind.REGEX, p))
+    assert reader.disk.hits == len(patterns) and reader.disk.corrupt == 0
