@@ -14,6 +14,7 @@ Closing whenever possible keeps strings short and skips optional properties, so 
 
 from __future__ import annotations
 
+import random
 from typing import Sequence
 
 import numpy as np
@@ -112,6 +113,41 @@ class Walker:
                 raise WalkError(f"grammar refused token {choice} it allowed")
             out += self.vocab[choice]
             steps += 1
+        raise WalkError(f"walk did not finish in {max_tokens} tokens: {out[-200:].decode(errors='replace')!r}")
+
+
+    def random_walk(self, grammar: Grammar, rng: random.Random, prefix: str = "",
+                    closers: Sequence[str] = DEFAULT_CLOSERS, close_p: float = 0.3, stop_p: float = 0.5,
+                    max_tokens: int = 1500) -> str:
+        """A weak model: each step picks uniformly among allowed tokens, but with probability ``close_p``
+        first tries a closer, and stops with probability ``stop_p`` once the grammar is complete."""
+        out = bytearray()
+        if prefix:
+            if not grammar.accept_string(prefix):
+                raise WalkError(f"grammar rejects the prefix {prefix!r}")
+            out += prefix.encode()
+        encoded = list(dict.fromkeys(c.encode() for c in closers if c))
+        for _ in range(max_tokens):
+            ids = self.allowed(grammar)
+            if len(ids) == 0:
+                raise WalkError(f"no token allowed after {out.decode(errors='replace')!r}")
+            has_stop = any(t in self.stops for t in ids)
+            if has_stop and grammar.is_completed() and rng.random() < stop_p:
+                return out.decode("utf-8")
+            if rng.random() < close_p:
+                c = rng.choice(encoded)
+                if self._accept_text(grammar, c):
+                    out += c
+                    continue
+            candidates = [t for t in ids.tolist() if t not in self.special and t not in self.stops and self.vocab[t]]
+            if not candidates:
+                if has_stop:
+                    return out.decode("utf-8")
+                raise WalkError(f"only special tokens allowed after {out.decode(errors='replace')!r}")
+            choice = rng.choice(candidates)
+            if not grammar.accept_token(choice):
+                raise WalkError(f"grammar refused token {choice} it allowed")
+            out += self.vocab[choice]
         raise WalkError(f"walk did not finish in {max_tokens} tokens: {out[-200:].decode(errors='replace')!r}")
 
 
