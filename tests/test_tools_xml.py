@@ -18,6 +18,7 @@ from tagjit import CompileService, Constraint, ConstraintError, Settings, Unsupp
 from tagjit import xml_args
 from tagjit.tools import build_tool_tag, load_format, parse_format
 
+from shared_data import DATA, TOKENIZERS
 from test_tool_formats import closers, parse
 from walk import Walker
 
@@ -37,6 +38,7 @@ RICH = {"type": "function", "function": {"name": "search", "parameters": {
         "unit": {"enum": ["celsius", "fahrenheit"]},
         "tags": {"type": "array", "items": {"type": "string", "maxLength": 5}, "maxItems": 3},
         "nick": {"type": ["string", "null"], "maxLength": 6},
+        "day": {"type": "string", "format": "date"},
         "where": {"type": "object", "properties": {"lat": {"type": "number"}, "lon": {"type": "number"}},
                   "required": ["lat", "lon"]}},
     "required": ["query", "count"]}}}
@@ -57,8 +59,6 @@ def walker(qwen2_info) -> Walker:
 @pytest.fixture(scope="module")
 def hf_tokenizer():
     from transformers import AutoTokenizer
-
-    from conftest import TOKENIZERS
 
     return AutoTokenizer.from_pretrained(str(TOKENIZERS / "qwen2"))
 
@@ -165,6 +165,22 @@ def test_a_nullable_string_is_written_as_text(svc, hf_tokenizer):
     text = qwen_call("search", [("query", "q"), ("count", "2"), ("nick", "null")])
     assert accepts(svc, "qwen3_coder", text)
     assert arguments(hf_tokenizer, "qwen3_coder", text)["nick"] is None
+
+
+@pytest.mark.parametrize("fmt", ["qwen3_coder", "glm47", "deepseek_v4"])
+def test_every_bfcl_tool_gets_a_tag(fmt):
+    from tagjit import bfcl
+
+    for tool in bfcl.load_tools(str(DATA / "bfcl"), 100000):
+        assert build_tool_tag(fmt, [tool], "required", settings=Settings()) is not None
+
+
+def test_a_date_parameter_takes_only_dates(svc):
+    def day(value: str) -> str:
+        return qwen_call("search", [("query", "q"), ("count", "2"), ("day", value)])
+
+    assert accepts(svc, "qwen3_coder", day("2024-02-29"))
+    assert not accepts(svc, "qwen3_coder", day("2023-02-29"))
 
 
 def test_parser_types_match_vllms_reading_of_a_schema():

@@ -70,7 +70,12 @@ STYLES: dict[str, XmlStyle] = {
 
 MAX_DIGITS = 100  # integer and fraction digits: with a 2-digit exponent float() stays finite
 MAX_EXPONENT_DIGITS = 2
-_RAW_STRING_KEYS = {"type", "enum", "const", "minLength", "maxLength", "pattern"}
+# Keywords that would constrain a text value beyond what this module writes (unknown keywords are ignored,
+# as JSON Schema does; keywords of other types do not apply to a string).
+_REFUSED_ON_TEXT = {"anyOf", "oneOf", "allOf", "$ref", "not", "if", "then", "else", "contentSchema"}
+_OBJECT_REFUSED = {"anyOf", "oneOf", "allOf", "$ref", "not", "if", "then", "else", "patternProperties",
+                   "minProperties", "maxProperties", "propertyNames", "dependentRequired", "dependentSchemas",
+                   "dependencies"}
 _ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
                 "writeOnly", "$schema", "$id", "contentMediaType", "contentEncoding"}
 _TYPE_ALIASES = {"str": "string", "text": "string", "varchar": "string", "char": "string", "enum": "string",
@@ -79,6 +84,9 @@ _TYPE_ALIASES = {"str": "string", "text": "string", "varchar": "string", "char":
                  "unsigned": "integer", "float": "number", "float32": "number", "float64": "number",
                  "double": "number", "bool": "boolean", "dict": "object", "arr": "array", "list": "array",
                  "sequence": "array"}
+_OTHER_TYPE_KEYWORDS = {"properties", "required", "additionalProperties", "patternProperties", "minProperties",
+                        "maxProperties", "items", "prefixItems", "minItems", "maxItems", "uniqueItems",
+                        "contains", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
 _TYPE_KEYWORDS = {
     "integer": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"},
     "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"},
@@ -291,12 +299,12 @@ def raw_text(forbidden: tuple[str, ...]) -> dict:
     return _grammar_node(f"root ::= text_0\n{_avoider(forbidden).ebnf()}")
 
 
-def _raw_string(schema: dict, where: str, st: XmlStyle) -> dict:
-    """Raw text of a string valid under a string schema (enum, const, length or pattern)."""
-    extra = set(schema) - _RAW_STRING_KEYS - _ANNOTATIONS
-    if extra:
+def _raw_string(schema: dict, where: str, st: XmlStyle, settings: Settings) -> dict:
+    """Raw text of a string valid under a string schema (enum, const, length, pattern or format)."""
+    refused = set(schema) & _REFUSED_ON_TEXT
+    if refused:
         raise UnsupportedFeatureError(
-            f"{where}: {', '.join(sorted(extra))} on a parameter the {st.name} parser returns as text")
+            f"{where}: {', '.join(sorted(refused))} on a parameter the {st.name} parser returns as text")
     avoid = _avoider(st.forbidden)
     if "const" in schema or "enum" in schema:
         values = [schema["const"]] if "const" in schema else list(schema["enum"])
@@ -308,13 +316,15 @@ def _raw_string(schema: dict, where: str, st: XmlStyle) -> dict:
                 raise ConstraintError(f"{where}: value {v!r} contains markup the {st.name} parser cuts at")
         return _grammar_node("root ::= " + " | ".join(ebnf_string(v) for v in dict.fromkeys(strings)))
     lo, hi = int(schema.get("minLength", 0)), schema.get("maxLength")
-    if "pattern" in schema:
+    if "pattern" in schema or "format" in schema:
         if lo or hi is not None:
-            raise UnsupportedFeatureError(f"{where}: pattern with minLength/maxLength on a text parameter")
-        text = str(xgr.Grammar.from_regex(schema["pattern"]))
-        if _without_lt(text) != text:
+            raise UnsupportedFeatureError(f"{where}: pattern or format with minLength/maxLength on a text parameter")
+        text = _text_of_json_string(schema, where, settings) if "format" in schema else str(
+            xgr.Grammar.from_regex(schema["pattern"]))
+        if _admits(text, "<"):
             raise UnsupportedFeatureError(
-                f"{where}: pattern can produce '<', which the {st.name} parser may take as markup")
+                f"{where}: {'pattern' if 'pattern' in schema else 'format'} can produce '<', "
+                f"which the {st.name} parser may take as markup")
         return _grammar_node(text)
     if hi is None and lo == 0:
         return raw_text(st.forbidden)
@@ -324,6 +334,31 @@ def _raw_string(schema: dict, where: str, st: XmlStyle) -> dict:
     if int(hi) < lo:
         raise ConstraintError(f"{where}: maxLength is below minLength")
     return _grammar_node(f"root ::= [^<]{{{lo}, {int(hi)}}}")
+
+
+def _text_of_json_string(schema: dict, where: str, settings: Settings) -> str:
+    """The raw text of a string format: xgrammar's rules inside the quotes, where no escape can occur."""
+    text = str(json_schema_grammar({"type": "string", "format": schema["format"]}, settings).grammar)
+    lines = text.splitlines()
+    root = next((ln for ln in lines if ln.startswith("root ::= ")), "")
+    m = re.fullmatch(r'root ::= \(\("\\"" (\w+) "\\""\)\)', root)
+    if m:
+        inner_rule = next((ln for ln in lines if ln.startswith(f"{m.group(1)} ::= ")), "")
+        regex = re.fullmatch(rf'{m.group(1)} ::= Regex\(("(?:[^"\\]|\\.)*"), json_string=true\)', inner_rule)
+        if regex:  # the format as one regex: its own grammar is the raw text
+            body = str(xgr.Grammar.from_regex(_ebnf_unquote(regex.group(1))))
+            if not _admits(body, '"\\'):
+                return body
+        inner = [ln for ln in lines if not ln.startswith(("root ::= ", "basic_"))]
+        if not regex and not _admits("\n".join(inner), '"\\'):  # no quote or backslash: JSON text is raw text
+            return "\n".join([ln for ln in lines if ln != root] + [f"root ::= {m.group(1)}"])
+    raise UnsupportedFeatureError(f"{where}: format {schema['format']!r} on a text parameter")
+
+
+def _ebnf_unquote(literal: str) -> str:
+    """The text of an EBNF string literal as xgrammar prints it."""
+    escapes = {"n": "\n", "t": "\t", "r": "\r", "0": "\0"}
+    return re.sub(r"\\(.)", lambda m: escapes.get(m.group(1), m.group(1)), literal[1:-1])
 
 
 def _string_ok(v: str, schema: dict) -> bool:
@@ -341,8 +376,11 @@ def _json_value(schema: Any, defs: Mapping[str, Any], where: str, st: XmlStyle, 
     text = str(built.grammar)
     if "Regex(" in text:
         for pattern in re.findall(r'Regex\(("(?:[^"\\]|\\.)*")', text):
-            body = str(xgr.Grammar.from_regex(json.loads(pattern)))
-            if _without_lt(body) != body:
+            try:
+                regex_text = str(xgr.Grammar.from_regex(_ebnf_unquote(pattern)))
+            except (RuntimeError, ValueError):
+                regex_text = "[^]"
+            if _admits(regex_text, "<"):
                 raise UnsupportedFeatureError(
                     f"{where}: a string pattern can produce '<', which the {st.name} parser may take as markup")
     text = bound_numbers(_without_lt(text))
@@ -358,6 +396,24 @@ def _json_value(schema: Any, defs: Mapping[str, Any], where: str, st: XmlStyle, 
 
 
 _CLASS_RE = re.compile(r'"(?:[^"\\]|\\.)*"|\[(\^?)((?:[^\]\\]|\\.)*)\]')
+
+
+def _admits(ebnf: str, chars: str) -> bool:
+    """Whether any character class or literal of an EBNF text can produce one of ``chars``."""
+    for m in _CLASS_RE.finditer(ebnf):
+        if m.group(0).startswith('"'):
+            try:
+                lit = json.loads(m.group(0))
+            except json.JSONDecodeError:
+                lit = m.group(0)
+            if set(lit) & set(chars):
+                return True
+        elif m.group(1):
+            if any(ord(c) not in _class_codes(m.group(2)) for c in chars):
+                return True
+        elif set(map(ord, chars)) & _class_codes(m.group(2)):
+            return True
+    return False
 
 
 def _without_lt(ebnf: str) -> str:
@@ -453,12 +509,12 @@ def value_node(schema: Any, defs: Mapping[str, Any], where: str, st: XmlStyle,
             raise UnsupportedFeatureError(
                 f"{where}: the {st.name} parser reads this schema as text and returns a string; "
                 "give the parameter a type (or set strict: false on the tool)")
-        if t is None and not ({"enum", "const", "minLength", "maxLength", "pattern"} & set(schema)):
-            untyped = set(schema) - _ANNOTATIONS
+        other = set(schema) & _OTHER_TYPE_KEYWORDS
+        if t is None and other:
             raise UnsupportedFeatureError(
-                f"{where}: the {st.name} parser returns a string, but {', '.join(sorted(untyped))} expects "
+                f"{where}: the {st.name} parser returns a string, but {', '.join(sorted(other))} expects "
                 "another type; give the parameter a type")
-        return _raw_string(schema, where, st), True
+        return _raw_string(schema, where, st, settings), True
     # A union with string: the parser tries the other types first, so each must take any value of its type.
     others = types - {"string"}
     t = schema.get("type")
@@ -470,7 +526,7 @@ def value_node(schema: Any, defs: Mapping[str, Any], where: str, st: XmlStyle,
             f"{where}: the {st.name} parser turns text that reads as {'/'.join(sorted(others))} into that type, "
             "so this union cannot be enforced; use one type or an unconstrained nullable string")
     string_part = {k: v for k, v in schema.items() if k != "type"}
-    return _raw_string(string_part, where, st), True
+    return _raw_string(string_part, where, st, settings), True
 
 
 def _param(st: XmlStyle, key: str, value: dict, raw: bool) -> dict:
@@ -495,8 +551,7 @@ def arguments_node(st: XmlStyle, schema: Any, settings: Settings) -> dict:
         raise ConstraintError(f"{st.name} arguments need an object schema")
     if schema.get("type", "object") != "object":
         raise ConstraintError(f"{st.name} arguments must be an object, not {schema.get('type')!r}")
-    extra = set(schema) - _ANNOTATIONS - {"type", "properties", "required", "additionalProperties", "$defs",
-                                          "definitions", "unevaluatedProperties"}
+    extra = set(schema) & _OBJECT_REFUSED
     if extra:
         raise UnsupportedFeatureError(f"{', '.join(sorted(extra))} on the arguments of an {st.name} tool call")
     props = schema.get("properties") or {}
