@@ -66,7 +66,7 @@ def closers(fmt: ToolFormat) -> list[str]:
     return out
 
 
-def parse(fmt: ToolFormat, hf_tokenizer, tools: list[dict], choice, text: str):
+def parse(fmt: ToolFormat, hf_tokenizer, tools: list[dict], choice, text: str, parser_name: str | None = None):
     """Tool calls as vLLM's OpenAI server would return them for this output."""
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
     from vllm.parser.parser_manager import ParserManager
@@ -75,7 +75,7 @@ def parse(fmt: ToolFormat, hf_tokenizer, tools: list[dict], choice, text: str):
     tok.add_special_tokens({"additional_special_tokens": list(fmt.special_tokens)})
     request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "go"}], tools=tools,
                                     tool_choice=choice)
-    name = fmt.vllm_tool_parsers[0]
+    name = parser_name or fmt.vllm_tool_parsers[0]
     cls = ParserManager.get_parser(tool_parser_name=name, enable_auto_tools=True, tokenizer=tok,
                                    is_harmony=fmt.layout == "messages")
     parser = cls(tok, request.tools)
@@ -181,3 +181,27 @@ def test_none_rejects_the_tool_call_opening(name, svc, bfcl_tools):
     g = grammar(svc, fmt, bfcl_tools, "none")
     assert g.accept_string(lead)
     assert not g.accept_string(fmt.openings[0])
+
+
+def test_mistral_v11_calls_round_trip_through_vllms_mistral_parser(svc, walker, hf_tokenizer, bfcl_tools):
+    # vLLM's mistral parser reads [TOOL_CALLS]NAME[ARGS]{...} when the vocabulary has [ARGS] (v11+).
+    fmt = load_format("mistral_v11")
+    texts = []
+    for tool in bfcl_tools[:2]:
+        prefix = fmt.render_begin(tool["function"]["name"])
+        texts.append(walker.walk(grammar(svc, fmt, bfcl_tools, "required"), prefix=prefix, closers=closers(fmt)))
+    both = "".join(texts)
+    g = grammar(svc, fmt, bfcl_tools, "required")
+    assert g.accept_string(both) and g.is_completed()
+    _, calls = parse(fmt, hf_tokenizer, bfcl_tools, "required", both, parser_name="mistral")
+    assert len(calls) == 2, both
+    for call, tool in zip(calls, bfcl_tools[:2]):
+        check_call(call, tool)
+
+
+def test_mistral_v11_is_chosen_for_the_mistral_parser_when_the_vocabulary_has_args(hf_tokenizer):
+    from tagjit.tools import format_for_parser
+
+    vocab = dict(hf_tokenizer.get_vocab())
+    assert format_for_parser("mistral", vocab=vocab).name == "mistral"
+    assert format_for_parser("mistral", vocab={**vocab, "[ARGS]": len(vocab)}).name == "mistral_v11"

@@ -102,10 +102,21 @@ def _patch_apply_structural_tag() -> None:
         fmt_name = getattr(type(self), _FORMAT_ATTR, None)
         if fmt_name is None or self._tool_parser is None or not request.tools or not active():
             return original(self, request)
-        return apply_tool_tag(fmt_name, request, lambda: original(self, request))
+        return apply_tool_tag(_variant(fmt_name, self._tool_parser), request, lambda: original(self, request))
 
     _apply_structural_tag._tagjit = True  # type: ignore[attr-defined]
     DelegatingParser._apply_structural_tag = _apply_structural_tag  # type: ignore[method-assign]
+
+
+def _variant(fmt_name: str, tool_parser: Any) -> str:
+    """The format for this model's vocabulary (e.g. Mistral v11+ when it has [ARGS])."""
+    from tagjit.tools import load_format, variant_for_vocab
+
+    try:
+        vocab = tool_parser.vocab
+    except Exception:  # a tokenizer without a vocabulary keeps the parser's format
+        return fmt_name
+    return variant_for_vocab(load_format(fmt_name), vocab).name
 
 
 def apply_tool_tag(fmt_name: str, request: Any, fallback: Any) -> Any:

@@ -186,14 +186,25 @@ def parse_format(data: Mapping[str, Any]) -> ToolFormat:
     )
 
 
-def format_for_parser(parser_name: str, engine: Literal["vllm", "sglang"] = "vllm") -> ToolFormat | None:
-    """The format whose entry lists this engine tool-parser name, or None."""
+def format_for_parser(parser_name: str, engine: Literal["vllm", "sglang"] = "vllm",
+                      vocab: Mapping[str, int] | None = None) -> ToolFormat | None:
+    """The format whose entry lists this engine tool-parser name, or None; with the model's ``vocab``, a
+    format that ``replaces`` it ``when_vocab_has`` a token (Mistral v11+ and its [ARGS]) wins."""
     for name in format_names():
         fmt = _load(name)
         parsers = fmt.vllm_tool_parsers if engine == "vllm" else fmt.sglang_tool_parsers
         if parser_name in parsers:
-            return fmt
+            return variant_for_vocab(fmt, vocab) if vocab is not None else fmt
     return None
+
+
+def variant_for_vocab(fmt: ToolFormat, vocab: Mapping[str, int]) -> ToolFormat:
+    """The format that replaces ``fmt`` for a vocabulary holding its ``when_vocab_has`` token, else ``fmt``."""
+    for name in format_names():
+        other = _load(name)
+        if other.extra.get("replaces") == fmt.name and other.extra.get("when_vocab_has") in vocab:
+            return other
+    return fmt
 
 
 # -- the request's tools -------------------------------------------------------------------------
@@ -458,6 +469,6 @@ def build_tool_tag(fmt: ToolFormat | str, tools: Sequence[Mapping[str, Any]] | N
 
 __all__ = [
     "ToolFormat", "CallSyntax", "Tool", "load_format", "format_names", "parse_format", "format_for_parser",
-    "normalize_tools", "parse_tool_choice", "constrains_arguments", "call_tags", "arguments_content",
+    "variant_for_vocab", "normalize_tools", "parse_tool_choice", "constrains_arguments", "call_tags", "arguments_content",
     "applies", "build_tool_tag",
 ]
