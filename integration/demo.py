@@ -44,6 +44,7 @@ WEATHER_TOOL = {
     },
 }
 REGEX = r"[A-Z]{3}-[0-9]{4}"
+EOS = "2"  # </s> in the tiny model's vocabulary
 CHOICES = ["positive", "negative", "neutral"]
 
 
@@ -58,10 +59,11 @@ def main() -> int:
         messages = [{"role": "user", "content": "Tell me about someone."}]
         rows = []
 
-        def run(name: str, check, **kwargs) -> None:
+        def run(name: str, check, stop_bias: float = 0.0, **kwargs) -> None:
             t = time.perf_counter()
             r = client.chat.completions.create(model="tiny", messages=messages, max_tokens=160,
-                                               logit_bias=bias, temperature=1.0, **kwargs)
+                                               logit_bias={**bias, EOS: stop_bias} if stop_bias else bias,
+                                               temperature=1.0, **kwargs)
             ms = (time.perf_counter() - t) * 1000
             msg = r.choices[0].message
             ok, shown = check(msg)
@@ -90,13 +92,14 @@ def main() -> int:
             extra_body={"structured_outputs": {"regex": REGEX}})
         run("choice", lambda m: (m.content in CHOICES, m.content),
             extra_body={"structured_outputs": {"choice": CHOICES}})
-        run("tool_choice=required", check_tool, tools=[WEATHER_TOOL], tool_choice="required")
+        # A random model would go on calling tools; favouring </s> lets it stop once the grammar allows.
+        run("tool_choice=required", check_tool, stop_bias=8.0, tools=[WEATHER_TOOL], tool_choice="required")
 
         print()
         print(f"{'request':<24} {'valid':<6} {'ms':>6}  output")
         print("-" * 100)
         for name, ok, ms, shown in rows:
-            print(f"{name:<24} {ok:<6} {ms:>6}  {shown[:60]}")
+            print(f"{name:<24} {ok:<6} {ms:>6}  {json.dumps(shown, ensure_ascii=False)[:70]}")
         failed = sum(1 for r in rows if r[1] != "ok")
         print(f"\n{len(rows) - failed} of {len(rows)} answers satisfy their constraint")
         return 1 if failed else 0
