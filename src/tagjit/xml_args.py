@@ -296,7 +296,12 @@ def _grammar_node(ebnf: str) -> dict:
 
 def raw_text(forbidden: tuple[str, ...]) -> dict:
     """Any text the parser returns verbatim: no forbidden pattern anywhere."""
-    return _grammar_node(f"root ::= text_0\n{_avoider(forbidden).ebnf()}")
+    return _grammar_node(f"root ::= text_0\n{_avoider_ebnf(forbidden)}")
+
+
+@lru_cache(maxsize=64)
+def _avoider_ebnf(forbidden: tuple[str, ...]) -> str:
+    return _avoider(forbidden).ebnf()
 
 
 def _raw_string(schema: dict, where: str, st: XmlStyle, settings: Settings) -> dict:
@@ -330,7 +335,7 @@ def _raw_string(schema: dict, where: str, st: XmlStyle, settings: Settings) -> d
         return raw_text(st.forbidden)
     # Bounded length is counted in characters: '<' (every marker's start) is left out.
     if hi is None:
-        return _grammar_node(f"root ::= [^<]{{{lo}, {lo}}} text_0\n{avoid.ebnf()}")
+        return _grammar_node(f"root ::= [^<]{{{lo}, {lo}}} text_0\n{_avoider_ebnf(st.forbidden)}")
     if int(hi) < lo:
         raise ConstraintError(f"{where}: maxLength is below minLength")
     return _grammar_node(f"root ::= [^<]{{{lo}, {int(hi)}}}")
@@ -370,6 +375,19 @@ def _json_value(schema: Any, defs: Mapping[str, Any], where: str, st: XmlStyle, 
     full = dict(schema) if isinstance(schema, dict) else schema
     if isinstance(full, dict) and defs:
         full = {**full, **{k: v for k, v in defs.items() if k not in full}}
+    try:  # the same small schemas recur across tools: memoised by their JSON text (key order kept)
+        return json.loads(_json_value_cached(json.dumps(full, ensure_ascii=False), st, settings))
+    except ConstraintError as e:
+        e.args = (f"{where}: {e}",) if not str(e).startswith(where) else e.args
+        raise
+
+
+@lru_cache(maxsize=4096)
+def _json_value_cached(schema_json: str, st: XmlStyle, settings: Settings) -> str:
+    return json.dumps(_json_value_node(json.loads(schema_json), "value", st, settings))
+
+
+def _json_value_node(full: Any, where: str, st: XmlStyle, settings: Settings) -> dict:
     built = json_schema_grammar(full, settings)
     if built.filter_spec is not None:
         raise UnsupportedFeatureError(f"{where}: any-order objects inside {st.name} arguments")
@@ -575,7 +593,7 @@ def arguments_node(st: XmlStyle, schema: Any, settings: Settings) -> dict:
 def _any_params(st: XmlStyle) -> dict:
     """Any number of parameters with identifier names and raw text values (no schema to follow)."""
     begin, _, after = st.begin.replace("{string}", "true").partition("{key}")
-    text = _avoider(st.forbidden).ebnf()
+    text = _avoider_ebnf(st.forbidden)
     grammar = (f"root ::= param*\nparam ::= {ebnf_string(begin)} [a-zA-Z_] [a-zA-Z0-9_]* {ebnf_string(after)} "
                f"text_0 {ebnf_string(st.end)}\n{text}")
     return _grammar_node(grammar)
