@@ -161,6 +161,16 @@ def test_a_parameter_the_parser_would_coerce_wrongly_is_refused_with_the_reason(
         build_tool_tag("qwen3_coder", [tool], "required", settings=Settings())
 
 
+def test_deepseek_refuses_a_nested_value_its_recursive_coercion_would_change():
+    # DeepSeek json-decodes {"n": 5} and then coerces 5 by the nested schema: a $ref reads as string, "5".
+    tool = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"o": {"type": "object", "properties": {"n": {"$ref": "#/$defs/n"}}}},
+        "$defs": {"n": {"type": "integer"}}}}}
+    with pytest.raises(ConstraintError, match="parameter 'o'.*nested value .n"):
+        build_tool_tag("deepseek_v4", [tool], "required", settings=Settings())
+    assert build_tool_tag("qwen3_coder", [tool], "required", settings=Settings()) is not None
+
+
 def test_a_nullable_string_is_written_as_text(svc, hf_tokenizer):
     text = qwen_call("search", [("query", "q"), ("count", "2"), ("nick", "null")])
     assert accepts(svc, "qwen3_coder", text)

@@ -50,6 +50,8 @@ class XmlStyle:
     forbidden: tuple[str, ...]
     """Texts (``\\s*`` = any whitespace run) the parser's regex or lexer would take as markup inside a value."""
     key_forbidden: str = "<>\"'"
+    decodes_json: bool = False
+    """The parser json-decodes non-text values, then coerces the strings nested in them by their schemas."""
 
 
 STYLES: dict[str, XmlStyle] = {
@@ -65,7 +67,7 @@ STYLES: dict[str, XmlStyle] = {
          "<think>", "</think>")),
     "deepseek_xml": XmlStyle(
         "deepseek_xml", "<｜DSML｜parameter name=\"{key}\" string=\"{string}\">", "</｜DSML｜parameter>\n",
-        ("<｜DSML｜", "</｜DSML｜", "<think>", "</think>")),
+        ("<｜DSML｜", "</｜DSML｜", "<think>", "</think>"), decodes_json=True),
 }
 
 MAX_DIGITS = 100  # integer and fraction digits: with a 2-digit exponent float() stays finite
@@ -101,7 +103,7 @@ def style(name: str, overrides: Mapping[str, Any] | None = None) -> XmlStyle:
     if not overrides:
         return base
     return XmlStyle(base.name, overrides.get("begin", base.begin), overrides.get("end", base.end),
-                    tuple(overrides.get("forbidden", base.forbidden)), base.key_forbidden)
+                    tuple(overrides.get("forbidden", base.forbidden)), base.key_forbidden, base.decodes_json)
 
 
 # -- what the parser reads a property as ---------------------------------------------------------
@@ -520,6 +522,10 @@ def value_node(schema: Any, defs: Mapping[str, Any], where: str, st: XmlStyle,
         raise ConstraintError(f"{where}: the schema false allows no value")
     types = parser_types(schema)
     if "string" not in types:
+        if st.decodes_json:
+            problem = _nested_coercion_problem(schema)
+            if problem:
+                raise UnsupportedFeatureError(f"{where}: {problem}, which the {st.name} parser coerces wrongly")
         return _json_value(schema, defs, where, st, settings), False
     if types == {"string"}:
         t = schema.get("type")
@@ -545,6 +551,35 @@ def value_node(schema: Any, defs: Mapping[str, Any], where: str, st: XmlStyle,
             "so this union cannot be enforced; use one type or an unconstrained nullable string")
     string_part = {k: v for k, v in schema.items() if k != "type"}
     return _raw_string(string_part, where, st, settings), True
+
+
+def _nested_coercion_problem(schema: Any, path: str = "") -> str | None:
+    """Where the parser's recursive coercion (nested ``properties`` and ``items``) could change a valid value."""
+    if not isinstance(schema, dict):
+        return None
+    children = [(f"{path}.{k}", v) for k, v in (schema.get("properties") or {}).items()] if isinstance(
+        schema.get("properties"), dict) else []
+    if isinstance(schema.get("items"), dict):
+        children.append((f"{path}[]", schema["items"]))
+    for where, sub in children:
+        if not isinstance(sub, dict) or set(sub) <= _ANNOTATIONS:
+            continue
+        types = parser_types(sub)
+        t = sub.get("type")
+        typed_string = t == "string" or (t is None and types == {"string"} and ("enum" in sub or "const" in sub))
+        if types == {"string"} and not (typed_string and not set(sub) & {"anyOf", "oneOf", "allOf", "$ref"}):
+            return f"nested value {where or '.'} has no type the parser can read"
+        if "string" in types and types != {"string"}:
+            others = types - {"string"}
+            listed = set(t) if isinstance(t, list) else {t}
+            if (others - {"null", "boolean", "integer", "number"} or not others <= listed
+                    or set(sub) & {"enum", "const", "anyOf", "oneOf", "allOf", "$ref"}
+                    or any(set(sub) & _TYPE_KEYWORDS.get(o, set()) for o in others)):
+                return f"nested value {where} is a union with string"
+        found = _nested_coercion_problem(sub, where)
+        if found:
+            return found
+    return None
 
 
 def _param(st: XmlStyle, key: str, value: dict, raw: bool) -> dict:
