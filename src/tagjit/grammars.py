@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 import xgrammar as xgr
 
 from . import schema as schema_mod
-from .errors import ConstraintError
+from .errors import CompileLimitError, ConstraintError
 from .settings import Settings
 from .spec import Constraint, Kind
 
@@ -91,9 +91,22 @@ def _json_object(c: Constraint, s: Settings) -> xgr.Grammar:
     return xgr.Grammar.from_json_schema('{"type": "object"}', strict_mode=False, **whitespace_options(s))
 
 
+# Longest regex and most choices tagjit compiles (Python's own regex compile of a 100k-alternative
+# pattern takes seconds before xgrammar starts).
+MAX_REGEX_CHARS = 65536
+MAX_CHOICES = 100_000
+# Structural-tag formats that name tokens: they need the vocabulary, which building a grammar has not.
+_TOKEN_FORMATS = ("token", "any_tokens", "token_triggered_tags")
+
+
 def _regex(c: Constraint, s: Settings) -> xgr.Grammar:
     if "\x00" in c.source:
         raise ConstraintError("regex must not contain a NUL character")
+    if schema_mod.has_lone_surrogate(c.source):
+        raise ConstraintError("regex contains a lone UTF-16 surrogate, which is not valid Unicode")
+    if len(c.source) > MAX_REGEX_CHARS:
+        raise CompileLimitError(f"regex of {len(c.source)} characters is longer than tagjit's limit of "
+                                f"{MAX_REGEX_CHARS}")
     try:
         re.compile(c.source)
     except re.error as e:
@@ -105,6 +118,10 @@ def _choice(c: Constraint, s: Settings) -> xgr.Grammar:
     choices = c.parsed()
     if not isinstance(choices, list) or not choices or not all(isinstance(x, str) for x in choices):
         raise ConstraintError("choice must be a non-empty list of strings")
+    if len(choices) > MAX_CHOICES:
+        raise CompileLimitError(f"choice of {len(choices)} strings is more than tagjit's limit of {MAX_CHOICES}")
+    if any(schema_mod.has_lone_surrogate(x) for x in choices):
+        raise ConstraintError("choice contains a lone UTF-16 surrogate, which is not valid Unicode")
     return xgr.Grammar.from_ebnf("root ::= " + " | ".join(ebnf_string(x) for x in choices))
 
 
@@ -155,6 +172,9 @@ def _prepare_format(node: Any, s: Settings) -> Any:
         return [_prepare_format(x, s) for x in node]
     if not isinstance(node, dict):
         return node
+    if node.get("type") in _TOKEN_FORMATS:
+        raise ConstraintError(f"structural_tag format {node['type']!r} names vocabulary tokens, which "
+                              "tagjit does not resolve yet: use a string-level format (tag, const_string)")
     out = {k: _prepare_format(v, s) if k != "json_schema" else v for k, v in node.items()}
     if node.get("type") == "json_schema":
         if "json_schema" not in node:

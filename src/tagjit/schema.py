@@ -8,7 +8,7 @@ from typing import Any, Iterator
 import jsonschema
 from jsonschema.exceptions import SchemaError
 
-from .errors import ConstraintError, UnsupportedFeatureError
+from .errors import CompileLimitError, ConstraintError, UnsupportedFeatureError
 
 # Formats xgrammar's converter turns into exact grammars.
 SUPPORTED_FORMATS = frozenset({
@@ -40,6 +40,9 @@ _TYPE_KEYWORDS = {
 _PASSIVE = _ANNOTATIONS | {"$defs", "definitions"}
 
 MAX_DEPTH = 128
+# xgrammar compiles a JSON enum value by value: 10k values take ~6 s with a 128k vocabulary, 100k
+# more than two minutes (the compile keeps a core busy after the request's time limit has passed).
+MAX_ENUM_VALUES = 4096
 
 
 def parse_schema(source: str | dict | bool) -> dict | bool:
@@ -79,6 +82,7 @@ def prepare_schema(schema: dict | bool) -> dict | bool:
 
 def _check_validity(schema: dict) -> None:
     _check_depth(schema)
+    _check_text(schema, "#")
     try:
         cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
         cls.check_schema(schema)
@@ -98,6 +102,34 @@ def _check_depth(node: Any, depth: int = 0) -> None:
     elif isinstance(node, list):
         for v in node:
             _check_depth(v, depth + 1)
+
+
+def _check_text(node: Any, where: str) -> None:
+    """Refuse lone surrogates (not Unicode text; they cannot be encoded for the grammar) and huge enums."""
+    if isinstance(node, str):
+        if has_lone_surrogate(node):
+            raise ConstraintError(f"JSON schema at '{where}' contains a lone UTF-16 surrogate, which is not "
+                                  "valid Unicode")
+    elif isinstance(node, dict):
+        enum = node.get("enum")
+        if isinstance(enum, list) and len(enum) > MAX_ENUM_VALUES:
+            raise CompileLimitError(f"JSON schema at '{where}' has an enum of {len(enum)} values, more than "
+                                    f"tagjit's limit of {MAX_ENUM_VALUES}")
+        for k, v in node.items():
+            _check_text(k, where)
+            _check_text(v, f"{where}/{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            _check_text(v, f"{where}/{i}")
+
+
+def has_lone_surrogate(text: str) -> bool:
+    """Whether a Python string holds a UTF-16 surrogate code point (from a lone \\uD800-style escape)."""
+    try:
+        text.encode("utf-8")
+        return False
+    except UnicodeEncodeError:
+        return True
 
 
 def _types(node: dict) -> set[str]:
