@@ -12,11 +12,11 @@ from typing import Sequence
 
 import xgrammar as xgr
 
-from . import metrics
+from . import composite, metrics
 from .cache import DiskCache, LRUCache
 from .errors import CompileLimitError, ConstraintError
 from .grammar import Compiled, Grammar
-from .grammars import build_grammar
+from .grammars import build_grammar, legacy_to_format
 from .settings import Settings, get_settings
 from .spec import Constraint, Kind
 from .tokenizer import fingerprint
@@ -43,6 +43,10 @@ class CompileService:
         self._salt = "|".join([FORMAT_VERSION, XGRAMMAR_VERSION, self.fingerprint, str(s.max_whitespace),
                                str(s.strict_mode), str(s.any_order_default)])
         self.memory: LRUCache[Compiled] = LRUCache(s.cache_bytes, lambda c: c.nbytes)
+        # Tag contents compiled on their own (composite tool-call tags), reused across combinations.
+        self.units: LRUCache[composite.Unit] = LRUCache(s.cache_bytes, lambda u: u.nbytes)
+        self.composite_enabled = True
+        self._unit_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tagjit-unit")
         self.disk = DiskCache(s.disk_cache_dir, self._salt) if s.disk_cache_dir else None
         self._validated: LRUCache[bool] = LRUCache(64 * 1024, lambda _: 1)
         self._pool = ThreadPoolExecutor(max_workers=max(1, s.compile_threads), thread_name_prefix="tagjit-compile")
@@ -121,6 +125,10 @@ class CompileService:
             metrics.CACHE.labels("disk", "miss").inc()
         if self.lint_enabled:
             lint_constraint(constraint)
+        if constraint.kind is Kind.STRUCTURAL_TAG and self.composite_enabled:
+            parts = self._compile_composite(constraint, key, start)
+            if parts is not None:
+                return parts
         try:
             grammar, filter_spec = build_grammar(constraint, self.settings)
             cg = self.compiler.compile_grammar(grammar)
@@ -136,6 +144,56 @@ class CompileService:
         if self.disk is not None and filter_spec is None:
             self.disk.put(key, cg.serialize_json())
         return compiled
+
+    def _compile_composite(self, constraint: Constraint, key: str, start: float) -> Compiled | None:
+        """Compile a tool-call-shaped structural tag in parts (cached per content), or None if it has another shape."""
+        tag = constraint.parsed()
+        if not isinstance(tag, dict):
+            return None
+        if "structures" in tag:
+            tag = legacy_to_format(tag)
+        if tag.get("format") is None:
+            return None
+        plan = composite.plan(tag["format"])
+        if plan is None:
+            return None
+        try:
+            units = self._units(plan.units)
+        except ConstraintError:
+            metrics.ERRORS.labels(constraint.kind.value).inc()
+            raise
+        cg = composite.CompositeGrammar(plan, units, composite.vocab_index(self.tokenizer_info),
+                                        full=lambda: self.compiler.compile_grammar(
+                                            build_grammar(constraint, self.settings).grammar))
+        ms = (time.perf_counter() - start) * 1000
+        compiled = Compiled(None, key, ms, composite=cg)
+        metrics.COMPILE_MS.labels(constraint.kind.value).observe(ms)
+        self.memory.put(key, compiled)
+        return compiled
+
+    def _units(self, contents: Sequence[str]) -> list[composite.Unit]:
+        """The units of a plan: cache hits at once, the rest compiled side by side."""
+        found = [self._unit(c, cached_only=True) for c in contents]
+        missing = [i for i, u in enumerate(found) if u is None]
+        if len(missing) > 1:
+            for i, unit in zip(missing, self._unit_pool.map(self._unit, [contents[i] for i in missing])):
+                found[i] = unit
+        elif missing:
+            found[missing[0]] = self._unit(contents[missing[0]])
+        return found  # type: ignore[return-value]
+
+    def _unit(self, content: str, cached_only: bool = False) -> composite.Unit | None:
+        """One tag content (JSON text) compiled on its own, from the unit cache if any combination compiled it."""
+        c = Constraint(Kind.STRUCTURAL_TAG, '{"type":"structural_tag","format":' + content + "}")
+        key = c.key(self._salt + "|unit")
+        hit = self.units.get(key)
+        if hit is not None or cached_only:
+            return hit
+        grammar, _ = build_grammar(c, self.settings)
+        unit = composite.make_unit(self.compiler.compile_grammar(grammar), key,
+                                   composite.vocab_index(self.tokenizer_info))
+        self.units.put(key, unit)
+        return unit
 
     def estimate_ms(self, constraint: Constraint) -> float:
         """Expected compile time of a constraint not yet cached (from recent compiles)."""
@@ -166,8 +224,9 @@ class CompileService:
         return ok
 
     def close(self) -> None:
-        """Stop the compile pool."""
+        """Stop the compile pools."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._unit_pool.shutdown(wait=False, cancel_futures=True)
 
 
 _services: dict[tuple[str, Settings], CompileService] = {}

@@ -6,7 +6,7 @@ import logging
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import torch
 import xgrammar as xgr
@@ -42,19 +42,49 @@ class FilterSpec(Protocol):
         """A filter in its initial state for this vocabulary."""
 
 
+class MatcherLike(Protocol):
+    """What ``Grammar`` drives: an ``xgr.GrammarMatcher`` or a composite matcher (``composite.py``)."""
+
+    def accept_token(self, token_id: int) -> bool: ...
+
+    def accept_string(self, data: str | bytes) -> bool: ...
+
+    def rollback(self, num_tokens: int = 1) -> None: ...
+
+    def fill_next_token_bitmask(self, bitmask: torch.Tensor, index: int = 0) -> Any: ...
+
+    def is_terminated(self) -> bool: ...
+
+    def is_completed(self) -> bool: ...
+
+    def reset(self) -> None: ...
+
+
 @dataclass
 class Compiled:
-    """A compiled constraint, shared (read-only) by every request that uses it."""
+    """A compiled constraint, shared (read-only) by every request that uses it.
 
-    grammar: xgr.CompiledGrammar
+    ``grammar`` is xgrammar's compiled grammar, or None when the constraint was compiled in parts
+    (``composite``, a ``tagjit.composite.CompositeGrammar``): always make matchers with ``new_matcher``.
+    """
+
+    grammar: xgr.CompiledGrammar | None
     key: str
     compile_ms: float
     filter_spec: FilterSpec | None = None
     nbytes: int = field(default=0)
+    composite: Any = None
 
     def __post_init__(self) -> None:
         if not self.nbytes:
-            self.nbytes = int(self.grammar.memory_size_bytes)
+            source = self.grammar if self.grammar is not None else self.composite
+            self.nbytes = int(source.memory_size_bytes if self.grammar is not None else source.nbytes)
+
+    def new_matcher(self, stop_token_ids: Sequence[int] | None = None) -> MatcherLike:
+        """A fresh matcher for one request (stop tokens override the tokenizer's)."""
+        if self.composite is not None:
+            return self.composite.new_matcher(stop_token_ids)
+        return xgr.GrammarMatcher(self.grammar, override_stop_tokens=stop_token_ids)
 
 
 class Grammar:
@@ -74,7 +104,7 @@ class Grammar:
         self.vocab_size = vocab_size
         self._wait_timeout_s = wait_timeout_s
         self._reasoning_end = list(reasoning_end_ids) if reasoning_end_ids else None
-        self._matcher: xgr.GrammarMatcher | None = None
+        self._matcher: MatcherLike | None = None
         self._filter: TokenFilter | None = None
         self.error: BaseException | None = None
         self.waited_ms = 0.0
@@ -93,7 +123,7 @@ class Grammar:
         return self._matcher is not None or self.error is not None or not isinstance(self._source, Future) \
             or self._source.done()
 
-    def _ensure(self) -> xgr.GrammarMatcher | None:
+    def _ensure(self) -> MatcherLike | None:
         if self._matcher is not None or self.error is not None:
             return self._matcher
         compiled = self._source
@@ -111,9 +141,10 @@ class Grammar:
                     self.waited_ms = (time.perf_counter() - start) * 1000
                 metrics.JIT_WAIT_MS.observe(self.waited_ms)
         self.compiled = compiled
-        self._matcher = xgr.GrammarMatcher(compiled.grammar, override_stop_tokens=self._stop_token_ids)
+        self._matcher = compiled.new_matcher(self._stop_token_ids)
         spec = compiled.filter_spec
-        self._filter = spec.new(compiled.grammar.tokenizer_info) if spec is not None else None
+        self._filter = spec.new(compiled.grammar.tokenizer_info) if spec is not None and compiled.grammar is not None \
+            else None
         return self._matcher
 
     def copy(self) -> "Grammar":
@@ -264,4 +295,4 @@ def allowed_tokens(bitmask: torch.Tensor, index: int, vocab_size: int) -> list[i
     return np.nonzero(bits)[0].tolist()
 
 
-__all__ = ["Compiled", "Grammar", "TokenFilter", "FilterSpec", "allocate_token_bitmask", "allowed_tokens"]
+__all__ = ["Compiled", "Grammar", "MatcherLike", "TokenFilter", "FilterSpec", "allocate_token_bitmask", "allowed_tokens"]

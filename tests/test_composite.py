@@ -1,0 +1,357 @@
+"""Tool-call tags compiled in parts: masks and verdicts equal the whole tag's, parts are reused across combinations.
+
+Every comparison runs the composite matcher beside xgrammar's matcher over the whole structural tag
+(compiled the usual way) on real BFCL tools and the qwen2 / llama3 vocabularies.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+import xgrammar as xgr
+
+from tagjit import CompileService, Settings, bfcl
+from tagjit.grammar import Grammar, allocate_token_bitmask, allowed_tokens
+from tagjit.grammars import build_grammar
+from tagjit.spec import Constraint
+from tagjit.tokenizer import token_bytes
+from tagjit.tools import build_tool_tag, load_format
+
+from shared_data import DATA
+from walk import Walker, WalkError
+
+TOOLS = bfcl.load_tools(str(DATA / "bfcl"), 40)
+CLOSERS = ('"', "}", "]", "</tool_call>", "[/TOOL_CALLS]")
+
+
+@pytest.fixture(scope="module", params=["qwen2", "llama3"])
+def info(request, qwen2_info, llama3_info):
+    return qwen2_info if request.param == "qwen2" else llama3_info
+
+
+@pytest.fixture(scope="module")
+def svc(info):
+    service = CompileService(info, Settings())
+    yield service
+    service.close()
+
+
+def tool_tag(fmt: str, tools: list[dict], choice: object = "required", parallel: bool = True) -> Constraint:
+    return Constraint.of("structural_tag", build_tool_tag(load_format(fmt), tools, choice, parallel))
+
+
+def full_matcher(svc: CompileService, c: Constraint) -> xgr.GrammarMatcher:
+    """xgrammar's matcher over the whole tag, compiled as one grammar."""
+    return xgr.GrammarMatcher(svc.compiler.compile_grammar(build_grammar(c, svc.settings).grammar))
+
+
+class Twin:
+    """The composite grammar and the whole-tag matcher driven together; every mask must match bit for bit."""
+
+    def __init__(self, svc: CompileService, c: Constraint) -> None:
+        compiled = svc.compile(c)
+        assert compiled.composite is not None, "expected the tag to compile in parts"
+        self.info = svc.tokenizer_info
+        self.grammar = Grammar(compiled, vocab_size=self.info.vocab_size)
+        self.ref = full_matcher(svc, c)
+        self._ref_mask = allocate_token_bitmask(1, self.info.vocab_size)
+        self.masks = 0
+
+    def fill_bitmask(self, bitmask: torch.Tensor, index: int) -> None:
+        self.grammar.fill_bitmask(bitmask, index)
+        self.ref.fill_next_token_bitmask(self._ref_mask, 0)
+        if not torch.equal(bitmask[index], self._ref_mask[0]):
+            ours = set(allowed_tokens(bitmask, index, self.info.vocab_size))
+            theirs = set(allowed_tokens(self._ref_mask, 0, self.info.vocab_size))
+            vocab = token_bytes(self.info)
+            raise AssertionError(f"mask differs: extra {[vocab[t] for t in sorted(ours - theirs)[:8]]}, "
+                                 f"missing {[vocab[t] for t in sorted(theirs - ours)[:8]]}")
+        self.masks += 1
+
+    def accept_token(self, token: int) -> bool:
+        ours, theirs = self.grammar.accept_token(token), self.ref.accept_token(token)
+        assert ours == theirs, f"token {token}: composite {ours}, whole tag {theirs}"
+        return ours
+
+    def accept_string(self, text: str | bytes) -> bool:
+        ours, theirs = self.grammar.accept_string(text), self.ref.accept_string(text)
+        assert ours == theirs
+        return ours
+
+    def rollback(self, n: int) -> None:
+        self.grammar.rollback(n)
+        self.ref.rollback(n)
+
+    def is_completed(self) -> bool:
+        ours, theirs = self.grammar.is_completed(), self.ref.is_completed()
+        assert ours == theirs
+        return ours
+
+    def check_mask(self) -> np.ndarray:
+        mask = allocate_token_bitmask(1, self.info.vocab_size)
+        self.fill_bitmask(mask, 0)
+        return mask[0].numpy().copy()
+
+
+def greedy_tokens(info: xgr.TokenizerInfo, text: str) -> list[int]:
+    """Longest-match tokenization over the vocabulary's non-special tokens."""
+    vocab: dict[bytes, int] = {}
+    special = set(info.special_token_ids)
+    for i, tok in enumerate(token_bytes(info)[: info.vocab_size]):
+        if tok and i not in special:
+            vocab.setdefault(tok, i)
+    longest = max(len(t) for t in vocab)
+    data, out, i = text.encode(), [], 0
+    while i < len(data):
+        for j in range(min(len(data), i + longest), i, -1):
+            if data[i:j] in vocab:
+                out.append(vocab[data[i:j]])
+                i = j
+                break
+        else:
+            raise ValueError(f"cannot tokenize {text!r}")
+    return out
+
+
+def straddles(info: xgr.TokenizerInfo, tokens: list[int], text: str, offset: int) -> bool:
+    """Whether some token covers bytes on both sides of byte offset."""
+    vocab, pos = token_bytes(info), 0
+    for t in tokens:
+        end = pos + len(vocab[t])
+        if pos < offset < end:
+            return True
+        pos = end
+    assert pos == len(text.encode())
+    return False
+
+
+def call(fmt: str, tool: dict, args: str, variant: int = 0) -> tuple[str, int, int]:
+    """One call's text and the byte offsets where its arguments start and end."""
+    f = load_format(fmt)
+    begin = f.render_begin(tool["function"]["name"], variant)
+    end = f.call[variant].end
+    assert isinstance(end, str)
+    text = begin + args + end
+    return text, len(begin.encode()), len((begin + args).encode())
+
+
+# -- what compiles in parts ----------------------------------------------------------------------
+
+def test_forced_tool_tag_compiles_in_parts(svc):
+    compiled = svc.compile(tool_tag("hermes", TOOLS[:5]))
+    assert compiled.composite is not None and compiled.grammar is None
+
+
+def test_auto_tool_choice_keeps_the_whole_tag_compile(svc):
+    compiled = svc.compile(tool_tag("hermes", TOOLS[:5], "auto", parallel=False))
+    assert compiled.composite is None and compiled.grammar is not None
+
+
+def test_json_schema_constraints_are_untouched(svc):
+    compiled = svc.compile(Constraint.of("json", {"type": "object"}))
+    assert compiled.composite is None
+
+
+# -- masks equal the whole tag's -----------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["hermes", "qwen25", "llama3_json", "mistral", "deepseek_v3"])
+@pytest.mark.parametrize("choice,parallel", [("required", True), ("required", False), ("named", True)])
+def test_masks_equal_the_whole_tag_on_a_walk(svc, info, fmt, choice, parallel):
+    tools = TOOLS[:8]
+    if choice == "named":
+        choice = {"type": "function", "function": {"name": tools[5]["function"]["name"]}}
+    twin = Twin(svc, tool_tag(fmt, tools, choice, parallel))
+    try:
+        Walker(info).walk(twin, closers=CLOSERS, max_tokens=300)
+    except WalkError as e:  # an endless number is a valid walk too: every mask so far was compared
+        assert "did not finish" in str(e)
+    assert twin.masks > 5
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "llama3_json"])
+@pytest.mark.parametrize("seed", range(4))
+def test_masks_equal_the_whole_tag_on_random_walks_with_rollbacks(svc, info, fmt, seed):
+    rng = random.Random(seed)
+    twin = Twin(svc, tool_tag(fmt, TOOLS[:10]))
+    vocab, stops = token_bytes(info), set(info.stop_token_ids)
+    accepted = 0
+    for _ in range(60):
+        allowed = [t for t in np.nonzero(np.unpackbits(twin.check_mask().view(np.uint8), bitorder="little"))[0]
+                   if t < info.vocab_size and t not in stops]
+        if not allowed:
+            break
+        # Tokens with braces, '>' or newlines often cross a boundary: favour them.
+        crossing = [t for t in allowed if len(vocab[t]) > 1 and any(c in vocab[t] for c in (b"}", b"{", b">", b"\n"))]
+        assert twin.accept_token(int(rng.choice(crossing if crossing and rng.random() < 0.6 else allowed)))
+        accepted += 1
+        if accepted >= 3 and rng.random() < 0.2:
+            twin.rollback(2)
+            accepted -= 2
+        twin.is_completed()
+
+
+def test_straddling_tokens_at_both_boundaries_get_equal_masks(svc, info):
+    tool = TOOLS[0]  # calculate_triangle_area(base, height, unit)
+    text, args_start, args_end = call("hermes", tool, '{"base": 10, "height": 5}')
+    tokens = greedy_tokens(info, text)
+    assert straddles(info, tokens, text, args_start), "no token crosses the begin/arguments boundary"
+    assert straddles(info, tokens, text, args_end), "no token crosses the arguments/end boundary"
+    twin = Twin(svc, tool_tag("hermes", TOOLS[:6]))
+    for t in tokens:
+        twin.check_mask()
+        assert twin.accept_token(t)
+    twin.check_mask()
+    assert twin.is_completed()
+
+
+def test_parallel_calls_with_straddling_separators_get_equal_masks(svc, info):
+    a, _, _ = call("hermes", TOOLS[1], '{"number": 5}', variant=1)
+    b, _, _ = call("hermes", TOOLS[0], '{"base": 1, "height": 2, "unit": "cm"}')
+    text = a + "\n" + b
+    twin = Twin(svc, tool_tag("hermes", TOOLS[:6]))
+    for t in greedy_tokens(info, text):
+        twin.check_mask()
+        assert twin.accept_token(t)
+    twin.check_mask()
+    assert twin.is_completed()
+
+
+# -- verdicts on whole texts ---------------------------------------------------------------------
+
+def texts_for(fmt: str) -> list[str]:
+    good, _, _ = call(fmt, TOOLS[0], '{"base": 10, "height": 5}')
+    other, _, _ = call(fmt, TOOLS[1], '{"number": 3}')
+    f = load_format(fmt)
+    sep, head = f.separator, f.forced_prefix + (f.wrapper[0] if f.wrapper else "")
+    tail = f.wrapper[1] if f.wrapper else ""
+    return [head + t + tail for t in (
+        good,
+        good + sep + other,
+        good[:-3],  # truncated end literal
+        good.replace('"base"', '"bass"'),  # unknown property
+        good.replace(", \"height\": 5", ""),  # missing required property
+        good.replace(TOOLS[0]["function"]["name"], "no_such_tool"),
+        good + good,  # no separator
+        good + sep,  # separator without a call
+    )] + [head + good + tail + " trailing text", head + good]
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "llama3_json", "mistral"])
+def test_texts_are_accepted_and_rejected_like_the_whole_tag(svc, fmt):
+    c = tool_tag(fmt, TOOLS[:6])
+    compiled = svc.compile(c)
+    verdicts = []
+    for text in texts_for(fmt):
+        ours = compiled.new_matcher()
+        ref = full_matcher(svc, c)
+        mine = (ours.accept_string(text), ours.is_completed())
+        theirs = (ref.accept_string(text), ref.is_completed())
+        assert mine == theirs, text
+        verdicts.append(mine)
+    assert (True, True) in verdicts and any(not ok for ok, _ in verdicts)
+
+
+# -- rollback, stop tokens -----------------------------------------------------------------------
+
+def test_rollback_across_boundaries_restores_exact_masks(svc, info):
+    a, _, _ = call("hermes", TOOLS[1], '{"number": 5}')
+    b, _, _ = call("hermes", TOOLS[0], '{"base": 1, "height": 2}')
+    tokens = greedy_tokens(info, a + "\n" + b)
+    compiled = svc.compile(tool_tag("hermes", TOOLS[:6]))
+    g = Grammar(compiled, vocab_size=info.vocab_size)
+    mask = allocate_token_bitmask(1, info.vocab_size)
+    before = []
+    for t in tokens:
+        g.fill_bitmask(mask, 0)
+        before.append(mask.clone())
+        assert g.accept_token(t)
+    g.fill_bitmask(mask, 0)
+    before.append(mask.clone())
+    for back in (3, 5, len(tokens) - 8):
+        g.rollback(back)
+        g.fill_bitmask(mask, 0)
+        assert torch.equal(mask, before[g.num_processed_tokens])
+    assert g.accept_tokens(tokens[g.num_processed_tokens:]) and g.is_completed()
+
+
+def test_stop_token_is_allowed_only_where_the_calls_may_end(svc, info):
+    text, _, _ = call("hermes", TOOLS[0], '{"base": 10, "height": 5}')
+    stop = info.stop_token_ids[0]
+    g = Grammar(svc.compile(tool_tag("hermes", TOOLS[:6])), vocab_size=info.vocab_size, stop_token_ids=[stop])
+    mask = allocate_token_bitmask(1, info.vocab_size)
+    for t in greedy_tokens(info, text):
+        g.fill_bitmask(mask, 0)
+        assert stop not in allowed_tokens(mask, 0, info.vocab_size)
+        assert not g.accept_token(stop)
+        assert g.accept_token(t)
+    g.fill_bitmask(mask, 0)
+    assert stop in allowed_tokens(mask, 0, info.vocab_size)
+    assert g.accept_token(stop) and g.is_terminated()
+
+
+# -- reuse across combinations -------------------------------------------------------------------
+
+def test_a_new_combination_of_known_tools_reuses_every_compiled_part(info):
+    svc = CompileService(info, Settings())
+    try:
+        svc.compile(tool_tag("hermes", TOOLS[:12]))
+        compiled_units, hits = len(svc.units), svc.units.hits
+        combination = list(reversed(TOOLS[1:12]))
+        svc.compile(tool_tag("hermes", combination))
+        assert len(svc.units) == compiled_units
+        assert svc.units.hits - hits == len(combination)  # one unit per tool: both call syntaxes share it
+    finally:
+        svc.close()
+
+
+def test_half_new_tools_compile_only_the_new_parts(info):
+    svc = CompileService(info, Settings())
+    try:
+        svc.compile(tool_tag("hermes", TOOLS[:10]))
+        before = len(svc.units)
+        svc.compile(tool_tag("hermes", TOOLS[5:15]))
+        assert len(svc.units) == before + 5
+    finally:
+        svc.close()
+
+
+def test_unit_cache_is_bounded_in_bytes(info):
+    svc = CompileService(info, Settings(cache_bytes=4_000_000))
+    try:
+        svc.compile(tool_tag("hermes", TOOLS[:8]))
+        assert svc.units.bytes <= 4_000_000 and svc.units.evictions > 0
+    finally:
+        svc.close()
+
+
+# -- the exact fallback --------------------------------------------------------------------------
+
+def test_an_ambiguous_split_hands_over_to_the_whole_tag_grammar(svc, info):
+    # Two tags share a begin literal: which content follows is not known when the begin completes.
+    def tag(schema: dict) -> dict:
+        return {"type": "tag", "begin": "<call>", "content": {"type": "json_schema", "json_schema": schema},
+                "end": "</call>"}
+    fmt = {"type": "tags_with_separator", "separator": "\n", "at_least_one": True, "stop_after_first": False,
+           "tags": [tag({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}),
+                    tag({"type": "object", "properties": {"b": {"type": "string"}}, "required": ["b"]})]}
+    twin = Twin(svc, Constraint.of("structural_tag", {"type": "structural_tag", "format": fmt}))
+    for t in greedy_tokens(info, '<call>{"b": "x"}</call>'):
+        twin.check_mask()
+        assert twin.accept_token(t)
+    assert twin.is_completed()
+    assert twin.grammar._matcher.delegated
+
+
+def test_grammar_copy_and_reset_work_on_a_composite(svc, info):
+    text, _, _ = call("hermes", TOOLS[0], '{"base": 10, "height": 5}')
+    tokens = greedy_tokens(info, text)
+    g = svc.grammar(tool_tag("hermes", TOOLS[:6]))
+    assert g.validate_tokens(tokens) == tokens and g.num_processed_tokens == 0
+    assert g.accept_tokens(tokens[:7])
+    fresh = g.copy()
+    g.reset()
+    assert g.accept_tokens(tokens) and fresh.accept_tokens(tokens)
+    assert g.is_completed() and fresh.is_completed()
