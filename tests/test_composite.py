@@ -207,6 +207,16 @@ def test_straddling_tokens_at_both_boundaries_get_equal_masks(svc, info):
     assert twin.is_completed()
 
 
+def test_braces_and_escapes_inside_strings_do_not_end_the_arguments(svc, info):
+    text, _, _ = call("hermes", TOOLS[0], '{"base": 1, "height": 2, "unit": "a}}\\"}}\\\\"}')
+    twin = Twin(svc, tool_tag("hermes", TOOLS[:6]))
+    for t in greedy_tokens(info, text):
+        twin.check_mask()
+        assert twin.accept_token(t)
+    twin.check_mask()
+    assert twin.is_completed()
+
+
 def test_parallel_calls_with_straddling_separators_get_equal_masks(svc, info):
     a, _, _ = call("hermes", TOOLS[1], '{"number": 5}', variant=1)
     b, _, _ = call("hermes", TOOLS[0], '{"base": 1, "height": 2, "unit": "cm"}')

@@ -59,6 +59,7 @@ class Plan:
     final: int = 0
     units: list[str] = field(default_factory=list)  # unit formats as compact JSON, one per distinct unit
     unit_last: list[bytes | None] = field(default_factory=list)  # bytes a complete unit can end with (None: any)
+    unit_nested: list[bool] = field(default_factory=list)  # a bare JSON object/array: completes at depth 0
     begins: list[bytes] = field(default_factory=list)
 
     def node(self) -> int:
@@ -182,6 +183,7 @@ def _tag_parts(node: dict, p: Plan, units: dict[str, int]) -> tuple[bytes, int, 
     if u is None:
         u = units[text] = len(p.units)
         p.units.append(text)
+        p.unit_nested.append(tail is ends and last in (b"}", b"]"))
         p.unit_last.append(last)
     p.begins.append(begin)
     return begin, u, tail
@@ -269,7 +271,8 @@ class VocabIndex:
         return -1
 
     def exit_table(self, last: bytes | None, follow: frozenset[int]) -> tuple[np.ndarray, ...]:
-        """Split points (token id, split, id of the longest token prefix of the left part) for unit exits.
+        """Split points for unit exits: token ids, splits, ids of the longest token prefix of the left part,
+        and the left part's effect on JSON nesting from each lexer start (see ``_lex_effects``).
 
         A token ``t`` may end a unit at ``k`` only if ``t[k-1]`` can end the unit (``last``; None: any
         byte) and ``t[k]`` can follow it (``follow``).
@@ -280,8 +283,8 @@ class VocabIndex:
         if hit is not None:
             return hit
         if not follow:
-            return (np.zeros(0, dtype=np.int64),) * 3
-        tids, splits, pids = [], [], []
+            return (np.zeros(0, dtype=np.int64),) * 3 + (np.zeros((0, 3, 3), dtype=np.int64),)
+        tids, splits, pids, effects = [], [], [], []
         wanted = re.compile(b"[" + b"".join(re.escape(bytes([c])) for c in sorted(follow)) + b"]")
         for b, ids in self.by_bytes.items():
             if len(b) < 2 or not wanted.search(b, 1) or (last is not None and last not in b[:-1]):
@@ -291,14 +294,53 @@ class VocabIndex:
                     pid = self.longest_token_prefix(b[:k])
                     if pid < 0:
                         continue
+                    effect = _lex_effects(b[:k])
                     for t in ids:
                         tids.append(t)
                         splits.append(k)
                         pids.append(pid)
-        table = (np.array(tids, dtype=np.int64), np.array(splits, dtype=np.int64), np.array(pids, dtype=np.int64))
+                        effects.append(effect)
+        table = (np.array(tids, dtype=np.int64), np.array(splits, dtype=np.int64), np.array(pids, dtype=np.int64),
+                 np.array(effects, dtype=np.int64).reshape(-1, 3, 3))
         with self._lock:
             self._exits[key] = table
         return table
+
+
+# A JSON lexer state: (depth, inside a string, after a backslash in a string). Classes of start states:
+_LEX_CLASSES = ((False, False), (True, False), (True, True))
+
+
+def _lex(state: tuple[int, bool, bool], data: bytes) -> tuple[int, bool, bool]:
+    depth, in_str, esc = state
+    for c in data:
+        if in_str:
+            if esc:
+                esc = False
+            elif c == 0x5C:
+                esc = True
+            elif c == 0x22:
+                in_str = False
+        elif c == 0x22:
+            in_str = True
+        elif c in (0x7B, 0x5B):
+            depth += 1
+        elif c in (0x7D, 0x5D):
+            depth -= 1
+    return depth, in_str, esc
+
+
+def _lex_effects(data: bytes) -> list[list[int]]:
+    """Per start class: [depth change, lowest depth change before the last byte, ends outside a string]."""
+    out = []
+    for in_str, esc in _LEX_CLASSES:
+        state, low = (0, in_str, esc), 1 << 20
+        for i in range(len(data) - 1):
+            state = _lex(state, data[i:i + 1])
+            low = min(low, state[0])
+        state = _lex(state, data[-1:])
+        out.append([state[0], low, int(not state[1])])
+    return out
 
 
 def _successor(prefix: bytes) -> bytes | None:
@@ -372,6 +414,7 @@ class CompositeGrammar:
         self._outer_sims: dict[tuple[int, bytes], bool] = {}
         self._scratch: dict[int, xgr.GrammarMatcher] = {}
         self._follow: dict[int, frozenset[int]] = {}
+        self._exit_sel: dict[tuple[int, int, int, int], np.ndarray] = {}
         self.start = self._state(self._close(0))
         self.nbytes = sum(u.nbytes for u in self.units) + 200 * len(p.edge_lit) + 4096
 
@@ -561,6 +604,11 @@ def _pack(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class _Frame:
     edge: int
     matcher: xgr.GrammarMatcher
+    lex: list[tuple[int, bool, bool]] | None = None  # JSON lexer state after each step (bare JSON units)
+
+    def stepped(self, data: bytes) -> None:
+        if self.lex is not None:
+            self.lex.append(_lex(self.lex[-1], data))
 
 
 class CompositeMatcher:
@@ -639,11 +687,14 @@ class CompositeMatcher:
                 pos += 1
                 h = g.hole(sid)
                 if h >= 0:
-                    self.frame = _Frame(h, xgr.GrammarMatcher(g.unit_of(h).grammar))
+                    nested = g.plan.unit_nested[g.plan.edge_unit[h]]
+                    self.frame = _Frame(h, xgr.GrammarMatcher(g.unit_of(h).grammar),
+                                        [(0, False, False)] if nested else None)
                 continue
             m = frame.matcher
             if m.accept_string(data[pos:]):
                 steps.append((frame, 1))
+                frame.stepped(data[pos:])
                 pos = len(data)
                 if m.is_completed():
                     self._exit(frame)
@@ -652,6 +703,7 @@ class CompositeMatcher:
                 if not m.accept_string(data[i:i + 1]):
                     return False
                 steps.append((frame, 1))
+                frame.stepped(data[i:i + 1])
                 if m.is_completed():
                     self._exit(frame)
                     pos = i + 1
@@ -670,6 +722,8 @@ class CompositeMatcher:
         sid, frame, steps, stopped = record
         for f, n in reversed(steps):
             f.matcher.rollback(n)
+            if f.lex is not None:
+                del f.lex[-n:]
         self.sid, self.frame = sid, frame
         if stopped:
             self.terminated = False
@@ -756,11 +810,23 @@ class CompositeMatcher:
         g, frame = self.g, self.frame
         assert frame is not None
         u = g.plan.edge_unit[frame.edge]
-        tids, splits, pids = g.index.exit_table(g.plan.unit_last[u], g.follow(frame.edge))
+        tids, splits, pids, effects = g.index.exit_table(g.plan.unit_last[u], g.follow(frame.edge))
         if tids.size == 0:
             return []
-        words = row[pids >> 5]
-        keep = ((words >> (pids & 31).astype(np.uint32)) & 1).astype(bool)
+        if frame.lex is not None:
+            # A bare JSON object/array completes where its nesting first returns to zero.
+            depth, in_str, esc = frame.lex[-1]
+            cls = _LEX_CLASSES.index((in_str, esc if in_str else False))
+            sel_key = (u, frame.edge, cls, depth)
+            sel = g._exit_sel.get(sel_key)
+            if sel is None:
+                eff = effects[:, cls]
+                sel = g._exit_sel[sel_key] = np.nonzero((depth + eff[:, 0] == 0) & (depth + eff[:, 1] > 0)
+                                                        & (eff[:, 2] == 1))[0]
+            if sel.size == 0:
+                return []
+            tids, splits, pids = tids[sel], splits[sel], pids[sel]
+        keep = ((row[pids >> 5] >> (pids & 31).astype(np.uint32)) & 1).astype(bool)
         keep &= ~(((row[tids >> 5] >> (tids & 31).astype(np.uint32)) & 1).astype(bool))
         if not keep.any():
             return []
