@@ -15,6 +15,7 @@ import xgrammar as xgr
 
 from tagjit import CompileService, Settings, bfcl
 from tagjit.grammar import Grammar, allocate_token_bitmask, allowed_tokens
+from tagjit.composite import plan
 from tagjit.grammars import build_grammar
 from tagjit.spec import Constraint
 from tagjit.tokenizer import token_bytes
@@ -148,6 +149,11 @@ def test_forced_tool_tag_compiles_in_parts(svc):
 def test_auto_tool_choice_keeps_the_whole_tag_compile(svc):
     compiled = svc.compile(tool_tag("hermes", TOOLS[:5], "auto", parallel=False))
     assert compiled.composite is None and compiled.grammar is not None
+
+
+def test_xml_argument_styles_keep_the_whole_tag_compile():
+    tag = build_tool_tag(load_format("qwen3_coder"), TOOLS[:3], "required", True)
+    assert plan(tag["format"]) is None
 
 
 def test_json_schema_constraints_are_untouched(svc):
@@ -313,6 +319,20 @@ def test_a_new_combination_of_known_tools_reuses_every_compiled_part(info):
         svc.compile(tool_tag("hermes", combination))
         assert len(svc.units) == compiled_units
         assert svc.units.hits - hits == len(combination)  # one unit per tool: both call syntaxes share it
+    finally:
+        svc.close()
+
+
+def test_property_order_is_part_of_a_units_key(info):
+    tool = TOOLS[0]
+    props = tool["function"]["parameters"]["properties"]
+    reordered = {"type": "function", "function": {**tool["function"], "parameters": {
+        **tool["function"]["parameters"], "properties": dict(reversed(list(props.items())))}}}
+    svc = CompileService(info, Settings())
+    try:
+        svc.compile(tool_tag("hermes", [tool]))
+        svc.compile(tool_tag("hermes", [reordered]))
+        assert len(svc.units) == 2
     finally:
         svc.close()
 
