@@ -238,20 +238,23 @@ def table(report: Report) -> str:
 
 
 @contextlib.contextmanager
-def maybe_server(url: str | None) -> Iterator[str]:
+def maybe_server(url: str | None, cache_mb: int) -> Iterator[str]:
     if url:
         yield url
         return
     from server import vllm_server
 
-    with vllm_server("tagjit", "--enable-auto-tool-choice", "--tool-call-parser", "hermes") as started:
+    # A small grammar cache fills early, so RSS growth in the steady phase is not the cache filling up.
+    env = {"TAGJIT_CACHE_BYTES": str(cache_mb * 2**20)}
+    with vllm_server("tagjit", "--enable-auto-tool-choice", "--tool-call-parser", "hermes", env=env) as started:
         yield started
 
 
-def run(duration: float, clients: int, url: str | None = None, rss_growth_mb: float = 150.0) -> Report:
+def run(duration: float, clients: int, url: str | None = None, rss_growth_mb: float = 150.0,
+        cache_mb: int = 16) -> Report:
     """Run the load and judge it."""
     report = Report()
-    with maybe_server(url) as base:
+    with maybe_server(url, cache_mb) as base:
         port = int(base.rsplit(":", 1)[1])
         asyncio.run(drive(base, clients, duration, report, port))
     judge(report, rss_growth_mb)
@@ -264,9 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--url", help="an already running server (default: start one)")
     p.add_argument("--rss-growth-mb", type=float, default=150.0)
+    p.add_argument("--cache-mb", type=int, default=16, help="TAGJIT_CACHE_BYTES of the server this starts")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
-    report = run(args.duration, args.clients, args.url, args.rss_growth_mb)
+    report = run(args.duration, args.clients, args.url, args.rss_growth_mb, args.cache_mb)
     print(table(report))
     if args.json:
         Path(args.json).write_text(json.dumps({
