@@ -250,7 +250,7 @@ def maybe_server(url: str | None, cache_mb: int) -> Iterator[str]:
         yield started
 
 
-def run(duration: float, clients: int, url: str | None = None, rss_growth_mb: float = 150.0,
+def run(duration: float, clients: int, url: str | None = None, rss_growth_mb: float = 64.0,
         cache_mb: int = 16) -> Report:
     """Run the load and judge it."""
     report = Report()
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", type=float, default=60.0, help="seconds of load (default 60)")
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--url", help="an already running server (default: start one)")
-    p.add_argument("--rss-growth-mb", type=float, default=150.0)
+    p.add_argument("--rss-growth-mb", type=float, default=64.0)
     p.add_argument("--cache-mb", type=int, default=16, help="TAGJIT_CACHE_BYTES of the server this starts")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
