@@ -103,13 +103,19 @@ def test_bad_constraint_is_refused_with_its_reason(service, kind, source, reason
     ({"type": "number", "multipleOf": 0.5}, "multipleOf"),
     ({"if": {"type": "string"}, "then": {"minLength": 2}}, "if"),
     ({"type": "string", "format": "path"}, "format: path"),
-    ({"allOf": [{"type": "string"}, {"enum": ["a", "b"]}]}, "allOf"),
+    ({"allOf": [{"type": "string", "pattern": "a"}, {"type": "string", "pattern": "b"}]}, "allOf"),
     ({"type": "object", "properties": {"a": {"$ref": "https://example.com/s.json"}}}, "$ref"),
 ])
 def test_unenforceable_feature_is_named_not_dropped(service, schema, feature):
     with pytest.raises(UnsupportedFeatureError) as err:
         service.validate(Constraint.of(Kind.JSON, schema))
     assert feature in str(err.value)
+
+
+def test_all_of_is_enforced_exactly_where_it_can_be_merged(service):
+    c = Constraint.of(Kind.JSON, {"allOf": [{"type": "string"}, {"enum": ["a", "b", 3]}]})
+    assert accepts(service, c, '"a"')
+    assert not accepts(service, c, '"c"') and not accepts(service, c, "3")
 
 
 def test_unsupported_feature_inside_a_structural_tag_is_named(service):

@@ -133,7 +133,11 @@ class CompileService:
                 return parts
         try:
             grammar, filter_spec = build_grammar(constraint, self.settings)
-            cg = self.compiler.compile_grammar(grammar)
+            try:
+                cg = self.compiler.compile_grammar(grammar)
+            except (RuntimeError, ValueError) as e:  # xgrammar's own errors name the problem
+                raise ConstraintError(f"invalid {constraint.kind.value}: {str(e).strip().splitlines()[0][:500]}") \
+                    from None
         except ConstraintError:
             metrics.ERRORS.labels(constraint.kind.value).inc()
             raise

@@ -34,7 +34,12 @@ class Constraint:
         """Build a constraint from a kind and a str, dict or list source."""
         kind = Kind(kind)
         if not isinstance(source, str):
-            source = json.dumps(source, ensure_ascii=False)
+            try:
+                source = json.dumps(source, ensure_ascii=False)
+            except RecursionError:
+                raise ConstraintError(f"{kind.value}: JSON nested too deeply") from None
+            except (TypeError, ValueError) as e:
+                raise ConstraintError(f"{kind.value}: not serialisable as JSON: {e}") from None
         return cls(kind, source)
 
     def canonical(self) -> str:
