@@ -80,8 +80,9 @@ def test_client_disconnect_mid_stream_leaves_the_server_serving(client, bias, vl
 
 
 def test_request_aborted_by_a_client_timeout_leaves_the_server_serving(client, bias, vllm_url):
+    # 1500 letters take hundreds of decode steps: far longer than the client waits.
     body = {"model": "tiny", "messages": MESSAGES, "max_tokens": 2000, "logit_bias": bias,
-            "response_format": {"type": "json_object"}}
+            "structured_outputs": {"regex": "[a-z]{1500}"}}
     with pytest.raises(httpx.TimeoutException):
         httpx.post(vllm_url + "/v1/chat/completions", json=body, timeout=0.05)
     assert_alive(client, bias)
