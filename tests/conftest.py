@@ -6,6 +6,7 @@ import pytest
 
 from shared_data import TOKENIZERS
 from tagjit import CompileService, Settings, load_tokenizer_info
+from walk import Walker
 
 
 @pytest.fixture(scope="session")
@@ -24,3 +25,23 @@ def qwen2_info():
 def service(llama3_info) -> CompileService:
     """A compile service with default settings over the Llama-3 vocabulary."""
     return CompileService(llama3_info, Settings())
+
+
+@pytest.fixture(scope="module")
+def svc(qwen2_info) -> CompileService:
+    """A compile service with default settings over the Qwen2 vocabulary (one per test module)."""
+    return CompileService(qwen2_info, Settings())
+
+
+@pytest.fixture(scope="module")
+def walker(qwen2_info) -> Walker:
+    """A grammar walker over the Qwen2 vocabulary."""
+    return Walker(qwen2_info)
+
+
+@pytest.fixture(scope="module")
+def hf_tokenizer():
+    """The Qwen2 tokenizer as transformers loads it (for vLLM's tool parsers)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(TOKENIZERS / "qwen2"))

@@ -17,11 +17,10 @@ import json
 import jsonschema
 import pytest
 
-from tagjit import CompileService, Constraint, Settings, bfcl
+from tagjit import Constraint, Settings, bfcl
 from tagjit.tools import ToolFormat, build_tool_tag, format_names, load_format
 
-from shared_data import DATA, TOKENIZERS
-from walk import Walker
+from shared_data import DATA
 
 vllm = pytest.importorskip("vllm")
 
@@ -30,23 +29,6 @@ STYLE_CLOSERS = {"qwen_xml": ["</parameter>"], "glm_xml": ["</arg_value>"],
                  "deepseek_xml": ["</｜DSML｜parameter>"], "json": []}
 # BFCL simple_python functions with strings, integers, numbers, arrays and enums among them.
 TOOL_COUNT = 8
-
-
-@pytest.fixture(scope="module")
-def svc(qwen2_info) -> CompileService:
-    return CompileService(qwen2_info, Settings())
-
-
-@pytest.fixture(scope="module")
-def walker(qwen2_info) -> Walker:
-    return Walker(qwen2_info)
-
-
-@pytest.fixture(scope="module")
-def hf_tokenizer():
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(TOKENIZERS / "qwen2"))
 
 
 @pytest.fixture(scope="module")

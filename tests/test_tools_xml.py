@@ -14,13 +14,12 @@ import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tagjit import CompileService, Constraint, ConstraintError, Settings, UnsupportedFeatureError
+from tagjit import Constraint, ConstraintError, Settings
 from tagjit import xml_args
 from tagjit.tools import build_tool_tag, load_format, parse_format
 
-from shared_data import DATA, TOKENIZERS
+from shared_data import DATA
 from test_tool_formats import closers, parse
-from walk import Walker
 
 vllm = pytest.importorskip("vllm")
 
@@ -44,23 +43,6 @@ RICH = {"type": "function", "function": {"name": "search", "parameters": {
     "required": ["query", "count"]}}}
 TOOLS = [WEATHER, RICH]
 XML_FORMATS = ["qwen3_coder", "glm45", "glm47", "deepseek_v3_2", "deepseek_v4"]
-
-
-@pytest.fixture(scope="module")
-def svc(qwen2_info) -> CompileService:
-    return CompileService(qwen2_info, Settings())
-
-
-@pytest.fixture(scope="module")
-def walker(qwen2_info) -> Walker:
-    return Walker(qwen2_info)
-
-
-@pytest.fixture(scope="module")
-def hf_tokenizer():
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(TOKENIZERS / "qwen2"))
 
 
 def named(name: str) -> dict:
