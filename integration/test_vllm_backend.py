@@ -9,6 +9,8 @@ import jsonschema
 import openai
 import pytest
 
+from sample_tools import CLOCK, EOS, TOOLS, WEATHER
+
 MESSAGES = [{"role": "user", "content": "Answer in the requested format."}]
 PERSON = {
     "type": "object",
@@ -17,14 +19,6 @@ PERSON = {
     "required": ["name", "age"],
     "additionalProperties": False,
 }
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 16},
-                                                    "days": {"type": "integer", "minimum": 1, "maximum": 7}},
-                   "required": ["city", "days"]}}}
-CLOCK = {"type": "function", "function": {
-    "name": "get_time", "description": "Time in a timezone",
-    "parameters": {"type": "object", "properties": {"tz": {"enum": ["UTC", "CET", "PST"]}}, "required": ["tz"]}}}
 
 
 def chat(client, bias, **kwargs):
@@ -67,23 +61,18 @@ def test_response_format_structural_tag(client, bias):
     jsonschema.validate(json.loads(m.group(1)), PERSON)
 
 
-EOS = "2"  # </s>: favoured too, so a random model stops once the grammar lets it
-
-
 def test_tool_choice_required_returns_valid_calls(client, bias):
     r = chat(client, {**bias, EOS: 8.0}, tools=[WEATHER, CLOCK], tool_choice="required")
     calls = r.choices[0].message.tool_calls
     assert calls, r.choices[0].message.content
-    tools = {"get_weather": WEATHER, "get_time": CLOCK}
     for call in calls:
-        jsonschema.validate(json.loads(call.function.arguments), tools[call.function.name]["function"]["parameters"])
+        jsonschema.validate(json.loads(call.function.arguments), TOOLS[call.function.name]["function"]["parameters"])
 
 
 def test_required_without_parallel_calls_returns_exactly_one_call(client, bias):
     r = chat(client, bias, tools=[WEATHER, CLOCK], tool_choice="required", parallel_tool_calls=False)
     (call,) = r.choices[0].message.tool_calls
-    tools = {"get_weather": WEATHER, "get_time": CLOCK}
-    jsonschema.validate(json.loads(call.function.arguments), tools[call.function.name]["function"]["parameters"])
+    jsonschema.validate(json.loads(call.function.arguments), TOOLS[call.function.name]["function"]["parameters"])
 
 
 def test_named_tool_choice_calls_exactly_that_tool(client, bias):

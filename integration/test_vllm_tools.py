@@ -8,19 +8,10 @@ import jsonschema
 import openai
 import pytest
 
+from sample_tools import CLOCK, EOS, TOOLS, WEATHER
 from server import vllm_server
 
 MESSAGES = [{"role": "user", "content": "What is the weather in Paris, and what time is it?"}]
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 16},
-                                                    "days": {"type": "integer", "minimum": 1, "maximum": 7}},
-                   "required": ["city", "days"]}}}
-CLOCK = {"type": "function", "function": {
-    "name": "get_time", "description": "Time in a timezone",
-    "parameters": {"type": "object", "properties": {"tz": {"enum": ["UTC", "CET", "PST"]}}, "required": ["tz"]}}}
-TOOLS = {"get_weather": WEATHER, "get_time": CLOCK}
-EOS = "2"
 
 
 @pytest.fixture(scope="module", params=["hermes", "qwen3_coder"])
