@@ -4,7 +4,7 @@ import json
 import os
 
 from tagjit import CompileService, Settings
-from tagjit.cache import LRUCache
+from tagjit.cache import LRUCache, bounded_memo
 from tagjit.spec import Constraint, Kind
 
 
@@ -22,6 +22,29 @@ def test_lru_refuses_a_value_larger_than_the_bound():
     cache: LRUCache[str] = LRUCache(3, len)
     cache.put("big", "xxxx")
     assert "big" not in cache
+
+
+def test_bounded_memo_holds_its_byte_bound_for_a_stream_of_distinct_inputs():
+    @bounded_memo(10_000, lambda args, value: len(args[0]) + len(value))
+    def echo(text: str) -> str:
+        return text.upper()
+
+    for i in range(1_000):
+        echo(f"{i:04d}" * 100)  # 800 estimated bytes each
+    assert echo.cache.bytes <= 10_000
+    assert len(echo.cache) == 12
+
+
+def test_bounded_memo_returns_the_memoised_result():
+    calls = []
+
+    @bounded_memo(10_000, lambda args, value: 1)
+    def parse(text: str) -> dict:
+        calls.append(text)
+        return json.loads(text)
+
+    assert parse('{"b": 1, "a": 2}') is parse('{"b": 1, "a": 2}')
+    assert calls == ['{"b": 1, "a": 2}']
 
 
 def test_memory_cache_is_bounded_in_bytes(llama3_info):

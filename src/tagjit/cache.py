@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import tempfile
 import threading
 from collections import OrderedDict
-from typing import Callable, Generic, TypeVar
+from typing import Any, Callable, Generic, Hashable, TypeVar
 
 V = TypeVar("V")
 log = logging.getLogger("tagjit")
@@ -27,7 +28,7 @@ class LRUCache(Generic[V]):
         self.misses = 0
         self.evictions = 0
 
-    def get(self, key: str) -> V | None:
+    def get(self, key: Hashable) -> V | None:
         """The value for key (marking it recently used), or None."""
         with self._lock:
             item = self._items.get(key)
@@ -38,7 +39,7 @@ class LRUCache(Generic[V]):
             self.hits += 1
             return item[0]
 
-    def put(self, key: str, value: V) -> None:
+    def put(self, key: Hashable, value: V) -> None:
         """Store a value, evicting the least recently used ones past the byte bound."""
         size = max(1, self._size_of(value))
         with self._lock:
@@ -54,7 +55,7 @@ class LRUCache(Generic[V]):
                 self._bytes -= evicted
                 self.evictions += 1
 
-    def __contains__(self, key: str) -> bool:
+    def __contains__(self, key: Hashable) -> bool:
         with self._lock:
             return key in self._items
 
@@ -71,6 +72,30 @@ class LRUCache(Generic[V]):
         with self._lock:
             self._items.clear()
             self._bytes = 0
+
+
+def bounded_memo(max_bytes: int, size_of: Callable[[tuple, Any], int]) -> Callable[[Callable[..., V]], Callable[..., V]]:
+    """Memoise a function of hashable arguments in a byte-bounded LRU; ``size_of(args, result)`` estimates bytes.
+
+    Unlike ``functools.lru_cache(maxsize=N)`` the bound holds whatever the size of each entry:
+    a server that sees a stream of distinct large schemas keeps a flat memory footprint.
+    Exceptions are not memoised; results are shared, so callers must not mutate them.
+    """
+    def wrap(fn: Callable[..., V]) -> Callable[..., V]:
+        cache: LRUCache[tuple[tuple, V]] = LRUCache(max_bytes, lambda item: size_of(*item))
+
+        @functools.wraps(fn)
+        def memo(*args: Any) -> V:
+            hit = cache.get(args)
+            if hit is not None:
+                return hit[1]
+            value = fn(*args)
+            cache.put(args, (args, value))
+            return value
+
+        memo.cache = cache  # type: ignore[attr-defined]
+        return memo
+    return wrap
 
 
 class DiskCache:

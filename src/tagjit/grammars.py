@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import inspect
 import json
 import re
@@ -180,17 +179,10 @@ def _prepare_format(node: Any, s: Settings) -> Any:
     if node.get("type") == "json_schema":
         if "json_schema" not in node:
             raise ConstraintError("structural_tag json_schema format needs a 'json_schema'")
-        out["json_schema"] = _prepared_schema(json.dumps(node["json_schema"], ensure_ascii=False))
+        out["json_schema"] = schema_mod.prepared(schema_mod.schema_text(node["json_schema"]))
         if _TAG_WHITESPACE and s.max_whitespace and "max_whitespace_cnt" not in node:
             out["max_whitespace_cnt"] = s.max_whitespace
     return out
-
-
-@functools.lru_cache(maxsize=8192)
-def _prepared_schema(text: str) -> Any:
-    """A tag's JSON schema checked and rewritten once per distinct text (key order kept): tool sets
-    repeat the same tools in new combinations, and each check costs about a millisecond."""
-    return schema_mod.prepare_schema(json.loads(text))
 
 
 _BUILDERS = {

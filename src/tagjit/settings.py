@@ -31,6 +31,8 @@ class Settings:
     """Threads xgrammar's compiler uses for one grammar; 0 means one per CPU, at most 8."""
     cache_bytes: int = 512 * 1024 * 1024
     """Memory bound of the compiled-grammar cache (LRU by bytes)."""
+    memo_bytes: int = 64 * 1024 * 1024
+    """Memory bound of each memo of checked schemas and built tool tags (LRU by estimated bytes)."""
     disk_cache_dir: str | None = None
     """Directory of an on-disk grammar cache shared by processes and replicas; None disables it."""
     warmup_file: str | None = None

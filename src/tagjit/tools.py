@@ -21,6 +21,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from . import schema as schema_mod
 from . import xml_args
+from .cache import bounded_memo
 from .errors import ConstraintError
 from .grammars import _TAG_WHITESPACE
 from .settings import Settings, get_settings
@@ -284,7 +285,7 @@ def constrains_arguments(tool: Tool, mode: str) -> bool:
 def arguments_content(fmt: ToolFormat, schema: dict | bool | None, max_whitespace: int | None) -> dict:
     """The argument part of one call: the schema (or any object, if None) in the format's style."""
     if schema is not None:
-        schema_mod.check_schema(schema)
+        schema_mod.prepared(schema_mod.schema_text(schema))  # the check the tag's validation reuses
     if fmt.arguments in xml_args.STYLES:  # tagjit's own grammar: exactly what the engine's parser returns
         st = xml_args.style(fmt.arguments, fmt.argument_syntax)
         return xml_args.arguments_node(st, schema, get_settings().replace(max_whitespace=max_whitespace))
@@ -304,7 +305,7 @@ def call_tags(fmt: ToolFormat, name: str, schema: dict | bool | None, max_whites
     return json.loads(_call_tags_json(fmt, name, key, max_whitespace))
 
 
-@lru_cache(maxsize=4096)
+@bounded_memo(get_settings().memo_bytes, lambda args, value: len(args[2]) + len(value))
 def _call_tags_json(fmt: ToolFormat, name: str, schema_json: str, max_whitespace: int | None) -> str:
     return json.dumps(_build_call_tags(fmt, name, json.loads(schema_json), max_whitespace), ensure_ascii=False)
 

@@ -31,9 +31,10 @@ from typing import Any, Mapping
 
 import xgrammar as xgr
 
+from .cache import bounded_memo
 from .errors import ConstraintError, UnsupportedFeatureError
 from .grammars import ebnf_string, json_schema_grammar
-from .settings import Settings
+from .settings import Settings, get_settings
 
 WS = r"\s*"  # in a forbidden pattern: any run of whitespace (the parsers' regex \s*)
 
@@ -384,7 +385,7 @@ def _json_value(schema: Any, defs: Mapping[str, Any], where: str, st: XmlStyle, 
         raise
 
 
-@lru_cache(maxsize=4096)
+@bounded_memo(get_settings().memo_bytes, lambda args, value: len(args[0]) + len(value))
 def _json_value_cached(schema_json: str, st: XmlStyle, settings: Settings) -> str:
     return json.dumps(_json_value_node(json.loads(schema_json), "value", st, settings))
 
