@@ -153,3 +153,19 @@ def test_compile_time_limit_refuses_the_request(llama3_info):
     big = {"type": "object", "properties": {f"p{i}": {"type": "string", "pattern": "[a-z]{1,40}"} for i in range(300)}}
     with pytest.raises(CompileLimitError, match="did not compile within"):
         svc.compile(Constraint.of(Kind.JSON, big))
+
+
+def test_a_trusted_constraint_is_not_rebuilt_by_validation(monkeypatch):
+    from tagjit import compiler
+
+    trusted = Constraint.of(Kind.REGEX, "trusted-[a-z]{3}")
+    other = Constraint.of(Kind.REGEX, "untrusted-[a-z]{3}")
+    compiler.trust(trusted)
+
+    def refuse(*_args, **_kwargs):
+        raise ConstraintError("built again")
+
+    monkeypatch.setattr(compiler, "build_grammar", refuse)
+    compiler.validate(trusted)
+    with pytest.raises(ConstraintError, match="built again"):
+        compiler.validate(other)

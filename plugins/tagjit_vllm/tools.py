@@ -130,6 +130,8 @@ def apply_tool_tag(fmt_name: str, request: Any, fallback: Any) -> Any:
     )
 
     from tagjit import ConstraintError, get_settings
+    from tagjit.compiler import trust
+    from tagjit.spec import Constraint, Kind
     from tagjit.tools import build_tool_tag, load_format
 
     choice = _dump_tool_choice_for_xgrammar(request.tool_choice)
@@ -146,7 +148,10 @@ def apply_tool_tag(fmt_name: str, request: Any, fallback: Any) -> Any:
         raise VLLMValidationError(str(e), parameter="tools") from None
     if tag is None:
         return request
-    request.structured_outputs = StructuredOutputsParams(structural_tag=json.dumps(tag, ensure_ascii=False))
+    text = json.dumps(tag, ensure_ascii=False)
+    # Every schema in it was just checked; building the whole tag again to validate it costs ~60 ms at 200 tools.
+    trust(Constraint.of(Kind.STRUCTURAL_TAG, text))
+    request.structured_outputs = StructuredOutputsParams(structural_tag=text)
     if isinstance(request, ResponsesRequest):
         request.text = None
     else:

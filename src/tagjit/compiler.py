@@ -253,11 +253,21 @@ def service_for(tokenizer_info: xgr.TokenizerInfo, settings: Settings | None = N
 _validated: LRUCache[bool] = LRUCache(64 * 1024, lambda _: 1)
 
 
+def _validation_key(constraint: Constraint, settings: Settings) -> str:
+    return constraint.key(f"{FORMAT_VERSION}|{XGRAMMAR_VERSION}|{settings.max_whitespace}|{settings.strict_mode}"
+                          f"|{settings.any_order_default}")
+
+
+def trust(constraint: Constraint, settings: Settings | None = None) -> None:
+    """Record as valid a constraint tagjit assembled from parts it checked (a tool-call tag), so that
+    ``validate`` does not build the whole grammar again on the request path."""
+    _validated.put(_validation_key(constraint, settings or get_settings()), True)
+
+
 def validate(constraint: Constraint, settings: Settings | None = None) -> None:
     """Check a constraint without a tokenizer (API-server side); raises ConstraintError with the reason."""
     settings = settings or get_settings()
-    key = constraint.key(f"{FORMAT_VERSION}|{XGRAMMAR_VERSION}|{settings.max_whitespace}|{settings.strict_mode}"
-                         f"|{settings.any_order_default}")
+    key = _validation_key(constraint, settings)
     if _validated.get(key):
         return
     if settings.lint:
