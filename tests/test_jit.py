@@ -34,6 +34,22 @@ def test_stall_budget_widens_what_overlaps():
     assert loose.overlap(cached=False, estimate_ms=30, prompt_tokens=100)
 
 
+def test_long_compile_overlaps_when_no_other_request_is_live():
+    policy = JitPolicy(Settings(stall_budget_ms=5), ms_per_prompt_token=0.1)
+    assert policy.overlap(cached=False, estimate_ms=500, prompt_tokens=100, others_live=0)
+
+
+def test_long_compile_waits_when_another_request_is_live():
+    policy = JitPolicy(Settings(stall_budget_ms=5), ms_per_prompt_token=0.1)
+    assert not policy.overlap(cached=False, estimate_ms=500, prompt_tokens=100, others_live=1)
+
+
+def test_first_observed_prefill_replaces_the_prior():
+    policy = JitPolicy(Settings(), ms_per_prompt_token=0.01)
+    policy.observe_prefill(1000, 500.0)
+    assert policy.ms_per_prompt_token == 0.5
+
+
 def test_never_mode_waits_on_every_miss():
     policy = JitPolicy(Settings(jit="never"))
     assert not policy.overlap(cached=False, estimate_ms=0.1, prompt_tokens=100_000)

@@ -125,8 +125,10 @@ class TagjitBackend(StructuredOutputBackend):
                                        stop_token_ids=sorted(stop_token_ids) if stop_token_ids else None)
         return TagjitGrammar(grammar)
 
-    def start(self, request: "Request") -> "StructuredOutputGrammar | Future[StructuredOutputGrammar]":
-        """Start compiling for a request: a JIT grammar now, or a future the scheduler waits on."""
+    def start(self, request: "Request", others_live: int | None = None
+              ) -> "StructuredOutputGrammar | Future[StructuredOutputGrammar]":
+        """Start compiling for a request: a JIT grammar now, or a future the scheduler waits on
+        (``others_live``: requests the scheduler already holds, if known)."""
         struct = request.structured_output_request
         assert struct is not None
         request_type, spec = struct.structured_output_key
@@ -134,7 +136,8 @@ class TagjitBackend(StructuredOutputBackend):
         stops = sorted(request.sampling_params.all_stop_token_ids) if request.sampling_params else None
         prompt_tokens = request.num_prompt_tokens
         cached = self.service.cached(c) is not None
-        if self.policy.overlap(cached=cached, estimate_ms=self.service.estimate_ms(c), prompt_tokens=prompt_tokens):
+        if self.policy.overlap(cached=cached, estimate_ms=self.service.estimate_ms(c), prompt_tokens=prompt_tokens,
+                               others_live=others_live):
             return TagjitGrammar(self.service.jit_grammar(c, stop_token_ids=stops),
                                  prompt_tokens=prompt_tokens, policy=self.policy)
         out: Future[StructuredOutputGrammar] = Future()

@@ -25,6 +25,7 @@ def install() -> None:
     patch_validation()
     patch_structural_tag_validation()
     patch_grammar_init()
+    patch_scheduler_requests()
 
 
 def patch_config() -> None:
@@ -188,6 +189,29 @@ def patch_structural_tag_validation() -> None:
     protocol.validate_structural_tag_payload = validate_structural_tag_payload
 
 
+LIVE_ATTR = "_tagjit_live_requests"
+
+
+def patch_scheduler_requests() -> None:
+    """Give the structured-output manager a view of the scheduler's live requests, so the JIT policy
+    knows whether a wait at a first mask would stall anyone else."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    original = Scheduler.__init__
+    if getattr(original, "_tagjit", False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        manager = getattr(self, "structured_output_manager", None)
+        if manager is not None and isinstance(getattr(self, "requests", None), dict):
+            setattr(manager, LIVE_ATTR, self.requests)  # the scheduler's own dict: always current
+
+    __init__._tagjit = True  # type: ignore[attr-defined]
+    Scheduler.__init__ = __init__  # type: ignore[method-assign]
+
+
 def patch_grammar_init() -> None:
     """Create tagjit's backend in the engine core and start compiles under the JIT policy."""
     from vllm.v1.structured_output import StructuredOutputManager
@@ -209,8 +233,9 @@ def patch_grammar_init() -> None:
         if self.backend is None:
             self.backend = TagjitBackend(self.vllm_config, tokenizer=self.tokenizer,
                                          vocab_size=self.vllm_config.model_config.get_vocab_size())
+        live = getattr(self, LIVE_ATTR, None)
         try:
-            struct.grammar = self.backend.start(request)
+            struct.grammar = self.backend.start(request, others_live=len(live) if live is not None else None)
         except Exception as e:  # reaches the scheduler as this request's compile error
             log.error("tagjit: request %s: %s", request.request_id, e)
             failed: Future = Future()

@@ -13,22 +13,27 @@ from .settings import Settings
 class JitPolicy:
     """Decides per request whether compilation may overlap prefill.
 
-    A request overlaps when its grammar is cached, or when the compile is expected to finish
-    within its prefill plus ``stall_budget_ms`` (the most a running batch may wait at that
-    request's first mask). Otherwise it waits outside the batch, as the engines do today.
-    Prefill speed is learned from the requests that overlapped.
+    A request overlaps when its grammar is cached, when no other request is live in the engine
+    (a wait at its first mask then delays nobody else, and waiting outside the batch would only
+    add the compile to its own TTFT), or when the compile is expected to finish within its
+    prefill plus ``stall_budget_ms`` (the most a running batch may wait at that request's first
+    mask). Otherwise it waits outside the batch, as the engines do today. Prefill speed is
+    learned from the requests that overlapped.
     """
 
     settings: Settings
     ms_per_prompt_token: float = 0.05
+    _observed: int = field(default=0, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def overlap(self, *, cached: bool, estimate_ms: float, prompt_tokens: int) -> bool:
-        """True if the request should enter prefill now with a JIT grammar."""
+    def overlap(self, *, cached: bool, estimate_ms: float, prompt_tokens: int,
+                others_live: int | None = None) -> bool:
+        """True if the request should enter prefill now with a JIT grammar (``others_live``: requests
+        the engine already holds, None if the adapter cannot tell)."""
         mode = self.settings.jit
         if mode == "never":
             decision = cached
-        elif mode == "always" or cached:
+        elif mode == "always" or cached or others_live == 0:
             decision = True
         else:
             prefill_ms = prompt_tokens * self.ms_per_prompt_token
@@ -41,4 +46,7 @@ class JitPolicy:
         if prompt_tokens < 16 or elapsed_ms <= 0:
             return
         with self._lock:
-            self.ms_per_prompt_token = 0.8 * self.ms_per_prompt_token + 0.2 * (elapsed_ms / prompt_tokens)
+            sample = elapsed_ms / prompt_tokens
+            # The first sample replaces the prior outright: a guess off by 10x would take many requests to fade.
+            self.ms_per_prompt_token = sample if not self._observed else 0.8 * self.ms_per_prompt_token + 0.2 * sample
+            self._observed += 1
