@@ -28,11 +28,14 @@ if ! "$VENV/bin/python" -c 'import torch, sys; sys.exit(torch.__version__ != "2.
     fi
 fi
 
-# The engine's grammar stack and what its scheduler-side modules import on CPU.
+# The engine's grammar stack and what its scheduler-side modules import on CPU; fastapi, uvicorn,
+# uvloop and einops for its OpenAI serving layer (tagjit's tool-call hooks resolve it there, and
+# tests/sglang/test_sglang_tools.py drives it).
 pip install -c "$constraints" \
     "xgrammar==0.2.7" "transformers==5.19.0" \
     orjson psutil pybase64 requests pillow starlette msgspec pyzmq ipython aiohttp openai \
-    partial_json_parser dill sentencepiece gguf compressed-tensors
+    partial_json_parser dill sentencepiece gguf compressed-tensors \
+    fastapi uvicorn uvloop einops
 pip install --no-deps "sglang==0.5.23"
 
 # tagjit (editable, registers the sglang.srt.plugins entry point) and the test tools.
@@ -42,6 +45,7 @@ pip install -c "$constraints" jsonschema prometheus_client numpy pytest hypothes
 "$VENV/bin/python" - <<'EOF'
 import importlib.metadata as md
 import torch, sglang.srt.constrained.grammar_manager  # noqa: F401
+import fastapi, uvicorn, uvloop, einops  # noqa: F401  (SGLang's OpenAI serving layer)
 assert torch.version.cuda is None, f"CUDA torch {torch.__version__} in the SGLang test venv"
 print(f"SGLang test venv ready: torch {torch.__version__}, xgrammar {md.version('xgrammar')}, "
       f"sglang {md.version('sglang')}")

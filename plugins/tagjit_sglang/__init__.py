@@ -2,8 +2,10 @@
 
 SGLang calls ``register()`` (entry point group ``sglang.srt.plugins``) from ``load_plugins()`` in
 the CLI process before argument parsing and first thing in every scheduler subprocess. It adds
-``tagjit`` to the ``--grammar-backend`` choices and to SGLang's grammar-backend registry; both are
-idempotent, so a second call changes nothing.
+``tagjit`` to the ``--grammar-backend`` choices and to SGLang's grammar-backend registry, and
+registers the hooks (``tools.py``) through which tool calls take tagjit's tags from its format
+registry when tagjit is the backend; ``load_plugins()`` applies those hooks after every plugin has
+run. All of it is idempotent, so a second call changes nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ def register() -> None:
     if NAME not in GRAMMAR_BACKEND_CHOICES:  # add_grammar_backend_choices is list.extend
         add_grammar_backend_choices([NAME])
     register_grammar_backend(NAME, create_backend)
+    from . import tools
+
+    tools.install()
 
 
 def create_backend(server_args: Any, tokenizer: Any, vocab_size: int, eos_token_ids: Any = None) -> Any:
