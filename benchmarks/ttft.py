@@ -9,7 +9,11 @@ Requests go one at a time (streamed) so TTFT is not confounded by batching:
   tools-combo    tool_choice=required, short prompt, a new combination of 200 tools all seen before
   plain          the same prompts without constraints (the baseline of every overhead)
 
-Prints a table (median TTFT, overhead over plain, ratio to xgrammar), writes JSON and a plot.
+TTFT is the latency of the request cut to one token (streamed tool calls show no delta until the
+parser has read the call's name); total latency is that of a second, full request with another
+constraint new to the server. vLLM's CPU backend pins the forward pass to core 0 and leaves core 1
+to the serving processes, much as an accelerator would. Prints a table (medians, overheads over
+plain, TTFT ratio to xgrammar), writes JSON and a plot.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "integration"))
@@ -62,17 +67,29 @@ def load_schemas(n: int) -> list[dict]:
     return out
 
 
-def stream_ttft(client, **kwargs) -> tuple[float, float]:
-    """(TTFT, total latency) in ms of one streamed chat completion."""
+def first_token_ms(client, **kwargs) -> float:
+    """TTFT in ms: the latency of the request cut to one generated token.
+
+    Streaming cannot show it for tool calls: the engine's tool parser holds tool-call deltas back
+    until it has read the call's name, several tokens in, while plain text streams at once.
+    """
     start = time.perf_counter()
-    first = None
-    for chunk in client.chat.completions.create(stream=True, **kwargs):
-        if first is None and chunk.choices:
-            delta = chunk.choices[0].delta
-            if delta.content or delta.tool_calls:
-                first = time.perf_counter()
-    end = time.perf_counter()
-    return ((first or end) - start) * 1000, (end - start) * 1000
+    client.chat.completions.create(**{**kwargs, "max_tokens": 1})
+    return (time.perf_counter() - start) * 1000
+
+
+def total_ms(client, **kwargs) -> float:
+    """Total latency in ms of the whole request."""
+    start = time.perf_counter()
+    client.chat.completions.create(**kwargs)
+    return (time.perf_counter() - start) * 1000
+
+
+def renamed(tool: dict, k: int) -> dict:
+    """A tool no server has seen: its name and its parameters' description carry k."""
+    fn = tool["function"]
+    params = {**fn.get("parameters", {"type": "object"}), "description": f"variant {k}"}
+    return {**tool, "function": {**fn, "name": f"{fn['name']}_{k}", "parameters": params}}
 
 
 def run_backend(backend: str, model: str, args, schemas, tools, log) -> list[dict]:
@@ -87,9 +104,12 @@ def run_backend(backend: str, model: str, args, schemas, tools, log) -> list[dic
         client = OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600)
         common = dict(model="tiny", max_tokens=args.max_tokens, logit_bias=bias, temperature=1.0)
 
-        def measure(scenario: str, constrained: bool, prompt: str, **kw) -> None:
+        def measure(scenario: str, constrained: bool, prompt: str, make: Callable[[], dict] = dict) -> None:
+            # TTFT and total latency come from two requests, each with a constraint new to the server:
+            # make() returns a fresh one per call (another tool subset, another copy of the schema).
             try:
-                ttft, total = stream_ttft(client, messages=[{"role": "user", "content": prompt}], **common, **kw)
+                ttft = first_token_ms(client, messages=[{"role": "user", "content": prompt}], **common, **make())
+                total = total_ms(client, messages=[{"role": "user", "content": prompt + " ."}], **common, **make())
             except Exception as e:  # a backend that cannot serve this request is reported, not fatal
                 rows.append({"backend": backend, "scenario": scenario, "constrained": constrained,
                              "error": str(e)[:200]})
@@ -100,26 +120,40 @@ def run_backend(backend: str, model: str, args, schemas, tools, log) -> list[dic
             log(f"  {backend:<9} {scenario:<12} {'constrained' if constrained else 'plain':<11} "
                 f"TTFT {ttft:7.0f} ms  total {total:7.0f} ms")
 
+        copies = iter(range(1_000_000))
+
+        def schema_request(schema: dict) -> Callable[[], dict]:
+            # A top-level description changes the constraint's text (so no cache hit) but not its grammar.
+            return lambda: {"response_format": {"type": "json_schema", "json_schema": {
+                "name": "s", "schema": {**schema, "description": f"copy {next(copies)}"}}}}
+
+        def tools_request(pool: list[dict], n: int, new: bool = False) -> Callable[[], dict]:
+            def make() -> dict:
+                picked = rng.sample(pool, n)
+                if new:  # a copy no request has sent: another name, another schema text
+                    picked = [renamed(t, next(copies)) for t in picked]
+                return {"tools": picked, "tool_choice": "required"}
+            return make
+
+        rng = random.Random(0)
         # One-off costs (first forward pass, first mask apply, first tool tag) are paid before measuring.
         measure("warmup", False, long_prompt(args.prompt_tokens, 0))
-        measure("warmup", True, long_prompt(args.prompt_tokens, 1), extra_body={"structured_outputs": {"regex": "[a-z]+"}})
-        measure("warmup", True, "x", tools=tools[-1:], tool_choice="required")
+        measure("warmup", True, long_prompt(args.prompt_tokens, 1),
+                lambda: {"extra_body": {"structured_outputs": {"regex": f"[a-z]+{next(copies)}"}}})
+        measure("warmup", True, "x", tools_request(tools[-20:], 1))
         seed = 1
         for schema in schemas:
             seed += 1
             prompt = long_prompt(args.prompt_tokens, seed)
             measure("schemas", False, prompt)
-            measure("schemas", True, prompt, response_format={
-                "type": "json_schema", "json_schema": {"name": "s", "schema": schema}})
-        rng = random.Random(0)
+            measure("schemas", True, prompt, schema_request(schema))
+        pool = tools[:args.pool]
         for n in args.tool_counts:
             for _ in range(args.repeats):
                 seed += 1
                 prompt = long_prompt(args.prompt_tokens, seed)
-                subset = rng.sample(tools, n)
                 measure(f"tools-{n}", False, prompt)
-                measure(f"tools-{n}", True, prompt, tools=subset, tool_choice="required")
-        pool = tools[:args.pool]
+                measure(f"tools-{n}", True, prompt, tools_request(tools, n, new=True))
         for start in range(0, len(pool), 100):  # every tool of the pool seen once, in groups
             try:
                 client.chat.completions.create(messages=[{"role": "user", "content": "x"}],
@@ -131,43 +165,45 @@ def run_backend(backend: str, model: str, args, schemas, tools, log) -> list[dic
             seed += 1
             prompt = long_prompt(args.short_tokens, seed)
             measure("tools-combo", False, prompt)
-            measure("tools-combo", True, prompt, tools=rng.sample(pool, min(200, len(pool))), tool_choice="required")
+            measure("tools-combo", True, prompt, tools_request(pool, min(200, len(pool))))
     return rows
 
 
 def summarize(rows: list[dict]) -> list[dict]:
-    """Median TTFT per backend and scenario, overhead over plain, ratio to xgrammar."""
+    """Median TTFT and total latency per backend and scenario, overheads over plain, TTFT ratio to xgrammar."""
     out = []
     scenarios = [s for s in dict.fromkeys(r["scenario"] for r in rows) if s != "warmup"]
     backends = list(dict.fromkeys(r["backend"] for r in rows))
-    med = {}
-    for b in backends:
-        for s in scenarios:
-            for c in (False, True):
-                vals = [r["ttft_ms"] for r in rows
-                        if r["backend"] == b and r["scenario"] == s and r["constrained"] == c and "ttft_ms" in r]
-                if vals:
-                    med[(b, s, c)] = statistics.median(vals)
+
+    def median(b: str, s: str, c: bool, field: str) -> float | None:
+        vals = [r[field] for r in rows if r["backend"] == b and r["scenario"] == s and r["constrained"] == c
+                and field in r]
+        return statistics.median(vals) if vals else None
+
     for s in scenarios:
         for b in backends:
-            if (b, s, True) not in med or (b, s, False) not in med:
+            plain, cons = median(b, s, False, "ttft_ms"), median(b, s, True, "ttft_ms")
+            if plain is None or cons is None:
                 continue
-            plain, cons = med[(b, s, False)], med[(b, s, True)]
-            xg = med.get(("xgrammar", s, True))
+            plain_total, total = median(b, s, False, "total_ms"), median(b, s, True, "total_ms")
+            xg = median("xgrammar", s, True, "ttft_ms")
             out.append({"scenario": s, "backend": b, "plain_ttft_ms": plain, "ttft_ms": cons,
                         "overhead_pct": 100 * (cons - plain) / plain,
+                        "plain_total_ms": plain_total, "total_ms": total,
+                        "total_overhead_pct": 100 * (total - plain_total) / plain_total,
                         "vs_xgrammar": cons / xg if xg else None})
     return out
 
 
 def print_table(summary: list[dict]) -> None:
     """The comparison table."""
-    print(f"\n{'scenario':<12} {'backend':<9} {'plain ms':>9} {'TTFT ms':>9} {'overhead':>9} {'vs xgrammar':>12}")
-    print("-" * 64)
+    print(f"\n{'scenario':<12} {'backend':<9} {'plain ms':>9} {'TTFT ms':>9} {'overhead':>9} "
+          f"{'total ms':>9} {'overhead':>9} {'TTFT vs xgrammar':>17}")
+    print("-" * 90)
     for r in summary:
         vs = f"{r['vs_xgrammar']:.2f}x" if r["vs_xgrammar"] else "-"
         print(f"{r['scenario']:<12} {r['backend']:<9} {r['plain_ttft_ms']:>9.0f} {r['ttft_ms']:>9.0f} "
-              f"{r['overhead_pct']:>8.1f}% {vs:>12}")
+              f"{r['overhead_pct']:>8.1f}% {r['total_ms']:>9.0f} {r['total_overhead_pct']:>8.1f}% {vs:>17}")
 
 
 def plot(summary: list[dict], path: str) -> None:
