@@ -67,14 +67,15 @@ def chat_request(tools: list[dict], tool_choice: Any = "auto", **fields: Any):
 
 
 def sampling_constraint(tool_call_parser: str, tools: list[dict], tool_choice: Any = "auto",
-                        grammar_backend: str = "tagjit", env: dict[str, str] | None = None, **fields: Any) -> dict:
+                        grammar_backend: str = "tagjit", env: dict[str, str] | None = None,
+                        server: dict[str, Any] | None = None, **fields: Any) -> dict:
     """The constraint fields of the sampling params SGLang builds for the request (JSON decoded)."""
     import os
 
     saved = {k: os.environ.get(k) for k in env or {}}
     os.environ.update(env or {})
     try:
-        handler = serving(tool_call_parser, grammar_backend)
+        handler = serving(tool_call_parser, grammar_backend, **(server or {}))
         adapted, _ = handler._convert_to_internal_request(chat_request(tools, tool_choice, **fields))
     finally:
         for k, v in saved.items():

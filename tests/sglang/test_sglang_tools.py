@@ -86,6 +86,17 @@ def test_auto_without_strict_tools_stays_unconstrained_as_in_sglang(api, tools):
     assert api("sampling_constraint", "qwen25", tools, "auto", parallel_tool_calls=False) == {}
 
 
+def test_with_a_reasoning_parser_the_tag_leaves_think_tokens_to_it(api, tools):
+    # The engine gates reasoning (tagjit's backend waits for </think>), so the tag has no reasoning
+    # block, and SGLang strips the think tokens from its free-text excludes as it does for its own.
+    with_strict = [*tools[:2], strict(tools[2])]
+    got = api("sampling_constraint", "qwen25", with_strict, "auto", server={"reasoning_parser": "qwen3"})
+    expected = build_tool_tag("qwen25", with_strict, "auto", True, get_settings())
+    assert expected["format"]["excludes"] == ["<think>", "</think>"]
+    expected["format"]["excludes"] = []
+    assert got == {"structural_tag": expected}
+
+
 def test_parallel_tool_calls_false_allows_one_call(api, tools):
     got = api("sampling_constraint", "qwen25", tools, "required", parallel_tool_calls=False)
     assert got["structural_tag"] == build_tool_tag("qwen25", tools, "required", False, get_settings())
