@@ -55,8 +55,9 @@ _ACTIVE: ContextVar[_Active | None] = ContextVar("tagjit_sglang_tool_format", de
 class ToolTag(dict):
     """tagjit's structural tag where SGLang expects one: a dict it serialises with ``model_dump``.
 
-    xgrammar's ``StructuralTag`` model is not used: its round trip adds defaults and drops fields
-    of tagjit's tags (``max_whitespace_cnt``), so the tag travels as the dict it is.
+    xgrammar's ``StructuralTag`` model is not used: its round trip adds xgrammar's defaults
+    (``style``, ``any_order``), so SGLang would send a tag that differs from ``build_tool_tag``'s
+    (and from the key tagjit caches and warms it up under); the tag travels as the dict it is.
     """
 
     def model_dump(self, **_: Any) -> dict:
