@@ -268,15 +268,33 @@ class _Avoider:
 
 
 def _char_class(chars: set[str], negated: bool) -> str:
-    codes = sorted(ord(c) for c in chars)
+    """A character class; a negated one is written as the positive ranges of its complement, because
+    xgrammar 0.2.7 (SGLang's pin) mishandles negated classes holding non-ASCII characters (it accepts
+    U+0085 from a class that excludes it, and some such classes fail to compile)."""
     ranges: list[tuple[int, int]] = []
-    for c in codes:
+    for c in sorted(ord(ch) for ch in chars):
         if ranges and ranges[-1][1] == c - 1:
             ranges[-1] = (ranges[-1][0], c)
         else:
             ranges.append((c, c))
+    if negated:
+        ranges = _complement(ranges)
     parts = [_class_char(a) if a == b else f"{_class_char(a)}-{_class_char(b)}" for a, b in ranges]
-    return ("[^" if negated else "[") + "".join(parts) + "]"
+    return "[" + "".join(parts) + "]"
+
+
+def _complement(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The code points outside sorted disjoint ranges, surrogates left out (they are not text)."""
+    out: list[tuple[int, int]] = []
+    start = 0
+    bounds = sorted([*ranges, (0xD800, 0xDFFF)])
+    for lo, hi in bounds:
+        if lo > start:
+            out.append((start, lo - 1))
+        start = max(start, hi + 1)
+    if start <= 0x10FFFF:
+        out.append((start, 0x10FFFF))
+    return out
 
 
 def _class_char(code: int) -> str:
