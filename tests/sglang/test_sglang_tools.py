@@ -162,12 +162,6 @@ def test_the_tag_refuses_a_call_outside_tools_before_sglang_sees_it(api, tools):
 SGLANG_PARSERS = list(dict.fromkeys(p for n in format_names() for p in load_format(n).sglang_tool_parsers))
 STYLE_CLOSERS = {"qwen_xml": ["</parameter>"], "glm_xml": ["</arg_value>"],
                  "deepseek_xml": ["</｜DSML｜parameter>"], "json": []}
-KNOWN_GAPS = {
-    "mistral": "tagjit's mistral format writes '[TOOL_CALLS][' but SGLang's MistralDetector reads the "
-               "JSON-array form only after '[TOOL_CALLS] [' (format data, configs/formats/mistral.json)",
-    "qwen3_coder": "xgrammar 0.2.7 (SGLang's pin) fails on tagjit's qwen_xml string-argument grammar: "
-                   "'bitset::set: __position (which is 128) >= _Nb (which is 128)' (core, xml_args)",
-}
 
 
 def _closers(fmt) -> list[str]:
@@ -181,12 +175,7 @@ def _closers(fmt) -> list[str]:
     return out
 
 
-def _params(parser: str):
-    marks = [pytest.mark.xfail(reason=KNOWN_GAPS[parser], strict=True)] if parser in KNOWN_GAPS else []
-    return pytest.param(parser, id=parser, marks=marks)
-
-
-@pytest.mark.parametrize("parser", [_params(p) for p in SGLANG_PARSERS])
+@pytest.mark.parametrize("parser", SGLANG_PARSERS)
 def test_walked_named_calls_parse_with_sglangs_parser(parser, svc, walker, tools):
     from sglang.srt.entrypoints.openai.protocol import Tool
     from sglang.srt.function_call.function_call_parser import FunctionCallParser
