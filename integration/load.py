@@ -30,7 +30,7 @@ import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 sys.path.insert(0, os.path.dirname(__file__))
 
@@ -50,7 +50,7 @@ class Report:
     client_errors: Counter = field(default_factory=Counter)
     server_errors: int = 0
     invalid: list[str] = field(default_factory=list)
-    rss_mb: list[tuple[float, float]] = field(default_factory=list)
+    rss_mb: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     left_running: float = 0.0
     violations: list[str] = field(default_factory=list)
 
@@ -80,15 +80,24 @@ def workload(seed: int = 0) -> tuple[list[dict], list[list[dict]]]:
     return schemas, [t for t in tool_sets if t]
 
 
-def server_rss_mb(port: int) -> float:
-    """RSS of the process listening on the port and all its descendants (API server, engine core)."""
+ROLES = {"VLLM::EngineCore": "engine", "VLLM::Worker": "worker"}
+
+
+def server_rss_mb(port: int) -> dict[str, float]:
+    """RSS per process of the server listening on the port: api (the API server), engine, worker, other."""
     import psutil
 
     for conn in psutil.net_connections(kind="tcp"):
         if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
             root = psutil.Process(conn.pid)
-            procs = [root, *root.children(recursive=True)]
-            return sum(p.memory_info().rss for p in procs if p.is_running()) / 2**20
+            out = {"api": root.memory_info().rss / 2**20}
+            for child in root.children(recursive=True):
+                try:
+                    role = ROLES.get(child.name(), "other")
+                    out[role] = out.get(role, 0.0) + child.memory_info().rss / 2**20
+                except psutil.NoSuchProcess:
+                    continue
+            return out
     raise RuntimeError(f"no process listens on port {port}")
 
 
@@ -214,7 +223,7 @@ def judge(report: Report, rss_growth_mb: float) -> None:
     if report.left_running:
         report.violations.append(f"{report.left_running:g} requests still running or waiting after the run")
     if len(report.rss_mb) >= 2:
-        growth = report.rss_mb[-1][1] - report.rss_mb[0][1]
+        growth = sum(report.rss_mb[-1][1].values()) - sum(report.rss_mb[0][1].values())
         if growth > rss_growth_mb:
             report.violations.append(f"server RSS grew by {growth:.0f} MB (limit {rss_growth_mb:g} MB)")
     if not sum(report.completed.values()):
@@ -230,15 +239,18 @@ def table(report: Report) -> str:
     lines.append(f"5xx responses: {report.server_errors}   4xx/connection: {dict(report.client_errors) or 0}")
     lines.append(f"invalid outputs: {len(report.invalid)}   left running/waiting: {report.left_running:g}")
     if report.rss_mb:
-        first, last = report.rss_mb[0], report.rss_mb[-1]
-        lines.append(f"server RSS: {first[1]:.0f} MB at {first[0]} s -> {last[1]:.0f} MB at {last[0]} s "
-                     f"({last[1] - first[1]:+.0f} MB)")
+        (t0, first), (t1, last) = report.rss_mb[0], report.rss_mb[-1]
+        lines.append(f"server RSS (MB)   at {t0:>5.0f} s   at {t1:>5.0f} s   growth")
+        for role in [*first, "total"]:
+            a = sum(first.values()) if role == "total" else first[role]
+            b = sum(last.values()) if role == "total" else last.get(role, 0.0)
+            lines.append(f"  {role:<14} {a:>10.0f} {b:>10.0f} {b - a:>+8.0f}")
     lines.append("violations: " + ("; ".join(report.violations) if report.violations else "none"))
     return "\n".join(lines)
 
 
 @contextlib.contextmanager
-def maybe_server(url: str | None, cache_mb: int) -> Iterator[str]:
+def maybe_server(url: str | None, cache_mb: int, backend: str = "tagjit") -> Iterator[str]:
     if url:
         yield url
         return
@@ -246,15 +258,15 @@ def maybe_server(url: str | None, cache_mb: int) -> Iterator[str]:
 
     # A small grammar cache fills early, so RSS growth in the steady phase is not the cache filling up.
     env = {"TAGJIT_CACHE_BYTES": str(cache_mb * 2**20)}
-    with vllm_server("tagjit", "--enable-auto-tool-choice", "--tool-call-parser", "hermes", env=env) as started:
+    with vllm_server(backend, "--enable-auto-tool-choice", "--tool-call-parser", "hermes", env=env) as started:
         yield started
 
 
 def run(duration: float, clients: int, url: str | None = None, rss_growth_mb: float = 64.0,
-        cache_mb: int = 16) -> Report:
+        cache_mb: int = 16, backend: str = "tagjit") -> Report:
     """Run the load and judge it."""
     report = Report()
-    with maybe_server(url, cache_mb) as base:
+    with maybe_server(url, cache_mb, backend) as base:
         port = int(base.rsplit(":", 1)[1])
         asyncio.run(drive(base, clients, duration, report, port))
     judge(report, rss_growth_mb)
@@ -268,9 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--url", help="an already running server (default: start one)")
     p.add_argument("--rss-growth-mb", type=float, default=64.0)
     p.add_argument("--cache-mb", type=int, default=16, help="TAGJIT_CACHE_BYTES of the server this starts")
+    p.add_argument("--backend", default="tagjit", help="structured-output backend of the server this starts "
+                   "(xgrammar for a side-by-side memory baseline)")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
-    report = run(args.duration, args.clients, args.url, args.rss_growth_mb, args.cache_mb)
+    report = run(args.duration, args.clients, args.url, args.rss_growth_mb, args.cache_mb, args.backend)
     print(table(report))
     if args.json:
         Path(args.json).write_text(json.dumps({

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 
 log = logging.getLogger("tagjit")
 
@@ -83,6 +84,8 @@ def register() -> None:
         log.exception("tagjit: could not install into vLLM; tagjit stays off")
         return
     for hooks in ("apply", "tools"):
+        if os.environ.get(f"TAGJIT_VLLM_{hooks.upper()}", "1").lower() in ("0", "false", "no", "off"):
+            continue  # TAGJIT_VLLM_APPLY=0 keeps vLLM's own bitmask application, TAGJIT_VLLM_TOOLS=0 its tool tags
         try:
             importlib.import_module(f"{__name__}.{hooks}").install()
         except Exception:
