@@ -207,25 +207,33 @@ def print_table(summary: list[dict]) -> None:
 
 
 def plot(summary: list[dict], path: str) -> None:
-    """Grouped bars of TTFT overhead per scenario and backend."""
+    """Left: TTFT overhead over unconstrained per long-prompt scenario; right: short-prompt TTFT in ms."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    scenarios = list(dict.fromkeys(r["scenario"] for r in summary))
     backends = list(dict.fromkeys(r["backend"] for r in summary))
-    fig, ax = plt.subplots(figsize=(9, 4))
-    width = 0.8 / len(backends)
+    scenarios = [s for s in dict.fromkeys(r["scenario"] for r in summary) if s != "tools-combo"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 1]})
+    width = 0.8 / max(1, len(backends))
     for i, b in enumerate(backends):
         ys = [next((r["overhead_pct"] for r in summary if r["scenario"] == s and r["backend"] == b), 0)
               for s in scenarios]
-        ax.bar([x + i * width for x in range(len(scenarios))], ys, width, label=b)
-    ax.set_xticks([x + width * (len(backends) - 1) / 2 for x in range(len(scenarios))], scenarios)
-    ax.set_ylabel("TTFT overhead over unconstrained (%)")
-    ax.axhline(0, color="black", linewidth=0.5)
-    ax.legend()
-    ax.set_title("Structured-output TTFT overhead, vLLM on CPU")
+        left.bar([x + i * width for x in range(len(scenarios))], ys, width, label=b)
+    left.set_xticks([x + width * (len(backends) - 1) / 2 for x in range(len(scenarios))], scenarios)
+    left.set_ylabel("TTFT overhead over unconstrained (%)")
+    left.axhline(0, color="black", linewidth=0.5)
+    left.legend()
+    left.set_title("Long prompt, constraint new to the server")
+    combo = [r for r in summary if r["scenario"] == "tools-combo"]
+    if combo:
+        labels = ["plain", *[r["backend"] for r in combo]]
+        values = [combo[0]["plain_ttft_ms"], *[r["ttft_ms"] for r in combo]]
+        right.bar(labels, values, color=["grey", *[f"C{backends.index(r['backend'])}" for r in combo]])
+        right.set_ylabel("TTFT (ms)")
+        right.set_title("Short prompt, 200 known tools\nin a new combination")
+    fig.suptitle("Structured-output TTFT, vLLM on CPU")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -245,7 +253,15 @@ def main() -> int:
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--out", default="out/ttft")
     p.add_argument("--json", help="write rows and summary to this file")
+    p.add_argument("--from-json", help="print the table and plot of an earlier run's JSON instead of running")
     args = p.parse_args()
+    if args.from_json:
+        with open(args.from_json) as f:
+            summary = summarize(json.load(f)["rows"])
+        print_table(summary)
+        os.makedirs(args.out, exist_ok=True)
+        plot(summary, os.path.join(args.out, "ttft.png"))
+        return 0
     os.makedirs(args.out, exist_ok=True)
     from tagjit.bfcl import load_tools
 
