@@ -80,3 +80,17 @@ def test_jit_mask_equals_the_mask_of_a_synchronously_compiled_grammar(service, l
     jit.fill_bitmask(ours, 0)
     service.grammar(c).fill_bitmask(ref, 0)
     assert torch.equal(ours, ref)
+
+
+def test_compile_threads_run_at_the_configured_niceness(llama3_info):
+    import os
+    import threading
+
+    from tagjit import CompileService
+
+    svc = CompileService(llama3_info, Settings(compile_nice=7))
+    try:
+        nice = svc._pool.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())).result()
+    finally:
+        svc.close()
+    assert nice == max(7, os.getpriority(os.PRIO_PROCESS, 0))

@@ -46,12 +46,14 @@ class CompileService:
         # Tag contents compiled on their own (composite tool-call tags), reused across combinations.
         self.units: LRUCache[composite.Unit] = LRUCache(s.cache_bytes, lambda u: u.nbytes)
         self.composite_enabled = True
-        self._unit_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tagjit-unit")
+        self._unit_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tagjit-unit",
+                                             initializer=_lower_priority, initargs=(s.compile_nice,))
         # The sorted vocabulary that composite tags need (~0.5 s once per tokenizer), built off the request path.
         self._unit_pool.submit(composite.vocab_index, tokenizer_info)
         self.disk = DiskCache(s.disk_cache_dir, self._salt) if s.disk_cache_dir else None
         self._validated: LRUCache[bool] = LRUCache(64 * 1024, lambda _: 1)
-        self._pool = ThreadPoolExecutor(max_workers=max(1, s.compile_threads), thread_name_prefix="tagjit-compile")
+        self._pool = ThreadPoolExecutor(max_workers=max(1, s.compile_threads), thread_name_prefix="tagjit-compile",
+                                        initializer=_lower_priority, initargs=(s.compile_nice,))
         self.lint_enabled = s.lint
         self._inflight: dict[str, Future[Compiled]] = {}
         self._lock = threading.Lock()
@@ -233,6 +235,17 @@ class CompileService:
         """Stop the compile pools."""
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._unit_pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _lower_priority(nice: int) -> None:
+    """Run this pool thread (and the xgrammar threads it starts, which inherit it) at a higher niceness."""
+    if nice <= 0 or not hasattr(os, "setpriority"):
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, max(os.getpriority(os.PRIO_PROCESS, tid), min(nice, 19)))
+    except OSError as e:  # a sandbox that forbids it: compiles still run, at normal priority
+        log.debug("tagjit: cannot lower compile thread priority: %s", e)
 
 
 _services: dict[tuple[str, Settings], CompileService] = {}

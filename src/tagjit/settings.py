@@ -27,6 +27,9 @@ class Settings:
     """A constraint whose grammar takes longer than this to compile is refused for that request."""
     compile_threads: int = 2
     """Threads in tagjit's compile pool (per tokenizer)."""
+    compile_nice: int = 10
+    """CPU niceness of the compile threads (Linux): a JIT compile overlaps the forward pass and must not
+    slow it where both share cores; 0 runs them at the serving threads' priority."""
     xgrammar_threads: int = 0
     """Threads xgrammar's compiler uses for one grammar; 0 means one per CPU, at most 8."""
     cache_bytes: int = 512 * 1024 * 1024
