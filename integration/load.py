@@ -12,11 +12,12 @@ that makes the exit status non-zero:
 - every completed output validates against its own request's schema or tools (no cross-request leak);
 - after the run, no request is left running or waiting in the engine (cancelled and aborted
   requests released, with their grammars);
-- the server's memory (RSS of its process tree) grows by less than ``--rss-growth-mb`` over the
-  steady phase, from ``--warmup`` seconds to the end. Before it, the engine's own worker grows
-  whatever the backend (allocator pools for new shapes; measured: +142 MB in 300 s under vLLM's
-  xgrammar backend, +214 MB under tagjit, both levelling off after ~150 s); the table shows RSS per
-  process, and ``--backend xgrammar`` runs the same load on vLLM's built-in backend for comparison.
+- the memory of the processes that hold tagjit's grammars and caches, the API server and the
+  engine core, grows by less than ``--rss-growth-mb`` over the steady phase (from ``--warmup``
+  seconds to the end). The model worker, which only applies bitmasks, is reported but not judged:
+  its RSS grows the same without any tagjit code in it and under vLLM's own backend (measured,
+  150-300 s: +54 MB with tagjit, +65 MB with ``TAGJIT_VLLM_APPLY=0``, +35 MB under ``--backend
+  xgrammar`` at a lower request rate; the engine core +10, +9 and +10 MB).
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def workload(seed: int = 0) -> tuple[list[dict], list[list[dict]]]:
 
 
 ROLES = {"VLLM::EngineCore": "engine", "VLLM::Worker": "worker"}
+JUDGED = ("api", "engine")  # where tagjit keeps grammars and caches
 
 
 def server_rss_mb(port: int) -> dict[str, float]:
@@ -226,9 +228,11 @@ def judge(report: Report, rss_growth_mb: float) -> None:
     if report.left_running:
         report.violations.append(f"{report.left_running:g} requests still running or waiting after the run")
     if len(report.rss_mb) >= 2:
-        growth = sum(report.rss_mb[-1][1].values()) - sum(report.rss_mb[0][1].values())
+        first, last = report.rss_mb[0][1], report.rss_mb[-1][1]
+        growth = sum(last.get(r, 0.0) - first.get(r, 0.0) for r in JUDGED)
         if growth > rss_growth_mb:
-            report.violations.append(f"server RSS grew by {growth:.0f} MB (limit {rss_growth_mb:g} MB)")
+            report.violations.append(f"API server + engine core RSS grew by {growth:.0f} MB in the steady phase "
+                                     f"(limit {rss_growth_mb:g} MB)")
     if not sum(report.completed.values()):
         report.violations.append("no request completed")
 
@@ -265,7 +269,7 @@ def maybe_server(url: str | None, cache_mb: int, backend: str = "tagjit") -> Ite
         yield started
 
 
-def run(duration: float, clients: int, url: str | None = None, rss_growth_mb: float = 64.0,
+def run(duration: float, clients: int, url: str | None = None, rss_growth_mb: float = 32.0,
         cache_mb: int = 16, backend: str = "tagjit", warmup: float | None = None) -> Report:
     """Run the load and judge it."""
     report = Report()
@@ -283,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=float, default=150.0, help="seconds before memory is judged (default 150)")
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--url", help="an already running server (default: start one)")
-    p.add_argument("--rss-growth-mb", type=float, default=64.0)
+    p.add_argument("--rss-growth-mb", type=float, default=32.0,
+                   help="most the API server + engine core may grow in the steady phase (default 32)")
     p.add_argument("--cache-mb", type=int, default=16, help="TAGJIT_CACHE_BYTES of the server this starts")
     p.add_argument("--backend", default="tagjit", help="structured-output backend of the server this starts "
                    "(xgrammar for a side-by-side memory baseline)")
