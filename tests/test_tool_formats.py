@@ -21,12 +21,11 @@ from tagjit import Constraint, Settings, bfcl
 from tagjit.tools import ToolFormat, build_tool_tag, format_names, load_format
 
 from shared_data import DATA
+from walk import format_closers
 
 vllm = pytest.importorskip("vllm")
 
 VLLM_FORMATS = [n for n in format_names() if load_format(n).vllm_tool_parsers]
-STYLE_CLOSERS = {"qwen_xml": ["</parameter>"], "glm_xml": ["</arg_value>"],
-                 "deepseek_xml": ["</｜DSML｜parameter>"], "json": []}
 # BFCL simple_python functions with strings, integers, numbers, arrays and enums among them.
 TOOL_COUNT = 8
 
@@ -36,16 +35,6 @@ def bfcl_tools() -> list[dict]:
     return bfcl.load_tools(str(DATA / "bfcl"), TOOL_COUNT)
 
 
-def closers(fmt: ToolFormat) -> list[str]:
-    """What the walk may use to finish structures of this format."""
-    out = ['"', "}", "]", *STYLE_CLOSERS[fmt.arguments]]
-    for c in fmt.call:
-        if "{index}" in c.begin:
-            out.append(c.begin.split("{index}", 1)[1])
-        out.extend([c.end] if isinstance(c.end, str) else list(c.end))
-    if fmt.wrapper:
-        out.append(fmt.wrapper[1])
-    return out
 
 
 def parse(fmt: ToolFormat, hf_tokenizer, tools: list[dict], choice, text: str, parser_name: str | None = None):
@@ -88,7 +77,7 @@ def test_named_calls_round_trip_through_the_vllm_parser(name, svc, walker, hf_to
     fmt = load_format(name)
     for tool in bfcl_tools[:4]:
         choice = {"type": "function", "function": {"name": tool["function"]["name"]}}
-        text = walker.walk(grammar(svc, fmt, bfcl_tools, choice), closers=closers(fmt))
+        text = walker.walk(grammar(svc, fmt, bfcl_tools, choice), closers=format_closers(fmt))
         content, calls = parse(fmt, hf_tokenizer, bfcl_tools, choice, text)
         assert len(calls) == 1, (text, content)
         check_call(calls[0], tool)
@@ -104,7 +93,7 @@ def test_required_calls_to_each_tool_round_trip(name, svc, walker, hf_tokenizer,
     for tool in distinct[1::3]:
         head = (fmt.forced_prefix + (fmt.wrapper[0] if fmt.wrapper else "")) if fmt.layout == "triggered" else ""
         prefix = head + fmt.render_begin(tool["function"]["name"]).split("{index}")[0]
-        text = walker.walk(grammar(svc, fmt, bfcl_tools, "required"), prefix=prefix, closers=closers(fmt))
+        text = walker.walk(grammar(svc, fmt, bfcl_tools, "required"), prefix=prefix, closers=format_closers(fmt))
         _, calls = parse(fmt, hf_tokenizer, bfcl_tools, "required", text)
         assert len(calls) == 1, text
         check_call(calls[0], tool)
@@ -117,7 +106,7 @@ def test_auto_text_then_a_call_round_trips(name, svc, walker, hf_tokenizer, bfcl
     head = fmt.wrapper[0] if fmt.wrapper else ""
     prefix = "Let me check. " + head + fmt.render_begin(tool["function"]["name"])
     g = grammar(svc, fmt, bfcl_tools, "auto", parallel=False)
-    text = walker.walk(g, prefix=prefix.split("{index}")[0], closers=closers(fmt))
+    text = walker.walk(g, prefix=prefix.split("{index}")[0], closers=format_closers(fmt))
     content, calls = parse(fmt, hf_tokenizer, bfcl_tools, "auto", text)
     assert len(calls) == 1, text
     check_call(calls[0], tool)
@@ -137,7 +126,7 @@ def test_second_call_is_rejected_when_parallel_calls_are_off(name, svc, walker, 
     fmt = load_format(name)
     tool = bfcl_tools[0]
     choice = {"type": "function", "function": {"name": tool["function"]["name"]}}
-    first = walker.walk(grammar(svc, fmt, bfcl_tools, choice), closers=closers(fmt))
+    first = walker.walk(grammar(svc, fmt, bfcl_tools, choice), closers=format_closers(fmt))
     g = grammar(svc, fmt, bfcl_tools, "required", parallel=False)
     inner = first
     if fmt.wrapper and fmt.layout == "triggered":  # drop the wrapper end: try a second call inside it
@@ -151,7 +140,7 @@ def test_a_call_in_another_format_is_rejected(name, svc, walker, bfcl_tools):
     fmt = load_format(name)
     other = load_format("qwen3_coder" if fmt.trigger != "<tool_call>" or fmt.arguments == "json" else "hermes")
     choice = {"type": "function", "function": {"name": bfcl_tools[0]["function"]["name"]}}
-    foreign = walker.walk(grammar(svc, other, bfcl_tools, choice), closers=closers(other))
+    foreign = walker.walk(grammar(svc, other, bfcl_tools, choice), closers=format_closers(other))
     g = grammar(svc, fmt, bfcl_tools, "required")
     assert not (g.accept_string(foreign) and g.is_completed())
 
@@ -171,7 +160,7 @@ def test_mistral_v11_calls_round_trip_through_vllms_mistral_parser(svc, walker, 
     texts = []
     for tool in bfcl_tools[:2]:
         prefix = fmt.render_begin(tool["function"]["name"])
-        texts.append(walker.walk(grammar(svc, fmt, bfcl_tools, "required"), prefix=prefix, closers=closers(fmt)))
+        texts.append(walker.walk(grammar(svc, fmt, bfcl_tools, "required"), prefix=prefix, closers=format_closers(fmt)))
     both = "".join(texts)
     g = grammar(svc, fmt, bfcl_tools, "required")
     assert g.accept_string(both) and g.is_completed()

@@ -155,3 +155,19 @@ def walk(grammar: Grammar, info: xgr.TokenizerInfo, prefix: str = "", closers: S
          max_tokens: int = 3000) -> str:
     """Generate a text from a grammar by a deterministic walk (see the module docstring)."""
     return Walker(info).walk(grammar, prefix, closers, max_tokens)
+
+
+STYLE_CLOSERS = {"qwen_xml": ["</parameter>"], "glm_xml": ["</arg_value>"],
+                 "deepseek_xml": ["</｜DSML｜parameter>"], "json": []}
+
+
+def format_closers(fmt) -> list[str]:
+    """What a walk may use to finish the structures of a tool-call format (a ``tagjit.tools.ToolFormat``)."""
+    out = ['"', "}", "]", *STYLE_CLOSERS[fmt.arguments]]
+    for c in fmt.call:
+        if "{index}" in c.begin:
+            out.append(c.begin.split("{index}", 1)[1])
+        out.extend([c.end] if isinstance(c.end, str) else list(c.end))
+    if fmt.wrapper:
+        out.append(fmt.wrapper[1])
+    return out

@@ -25,6 +25,7 @@ import jsonschema  # noqa: E402
 
 from tagjit import Constraint, Settings, bfcl, get_settings  # noqa: E402
 from tagjit.tools import build_tool_tag, format_for_parser, format_names, load_format  # noqa: E402
+from walk import format_closers  # noqa: E402
 
 pytestmark = pytest.mark.sglang
 HERE = Path(__file__).resolve().parent
@@ -160,19 +161,8 @@ def test_the_tag_refuses_a_call_outside_tools_before_sglang_sees_it(api, tools):
 # -- round trips through SGLang's own tool parsers --------------------------------------------------
 
 SGLANG_PARSERS = list(dict.fromkeys(p for n in format_names() for p in load_format(n).sglang_tool_parsers))
-STYLE_CLOSERS = {"qwen_xml": ["</parameter>"], "glm_xml": ["</arg_value>"],
-                 "deepseek_xml": ["</｜DSML｜parameter>"], "json": []}
 
 
-def _closers(fmt) -> list[str]:
-    out = ['"', "}", "]", *STYLE_CLOSERS[fmt.arguments]]
-    for c in fmt.call:
-        if "{index}" in c.begin:
-            out.append(c.begin.split("{index}", 1)[1])
-        out.extend([c.end] if isinstance(c.end, str) else list(c.end))
-    if fmt.wrapper:
-        out.append(fmt.wrapper[1])
-    return out
 
 
 @pytest.mark.parametrize("parser", SGLANG_PARSERS)
@@ -189,7 +179,7 @@ def test_walked_named_calls_parse_with_sglangs_parser(parser, svc, walker, tools
         prefix = (f"{fmt.think_start}Checking.{fmt.think_end[0]}{fmt.separator}"
                   f"{fmt.render_begin(tool['function']['name'])}") if messages else ""
         tag = build_tool_tag(fmt, tools, named(tool), True, Settings(), reasoning=messages)
-        text = walker.walk(svc.grammar(Constraint.of("structural_tag", tag)), prefix=prefix, closers=_closers(fmt))
+        text = walker.walk(svc.grammar(Constraint.of("structural_tag", tag)), prefix=prefix, closers=format_closers(fmt))
         parser_ = FunctionCallParser([Tool.model_validate(t) for t in tools], parser)
         _, calls = parser_.parse_non_stream(text)
         assert [c.name for c in calls] == [tool["function"]["name"]], text
