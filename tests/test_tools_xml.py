@@ -19,7 +19,8 @@ from tagjit import xml_args
 from tagjit.tools import build_tool_tag, load_format, parse_format
 
 from shared_data import DATA
-from test_tool_formats import closers, parse
+from test_tool_formats import parse
+from walk import format_closers
 
 vllm = pytest.importorskip("vllm")
 
@@ -208,7 +209,7 @@ def test_argument_syntax_without_the_key_placeholder_is_rejected():
 def test_random_walks_parse_to_valid_arguments(fmt, seed, tool, svc, walker, hf_tokenizer):
     f = load_format(fmt)
     name = tool["function"]["name"]
-    ends = closers(f) + [xml_args.style(f.arguments, f.argument_syntax).end]
+    ends = format_closers(f) + [xml_args.style(f.arguments, f.argument_syntax).end]
     text = walker.random_walk(grammar(svc, fmt, named(name)), random.Random(seed), closers=ends)
     _, calls = parse(f, hf_tokenizer, TOOLS, named(name), text)
     assert len(calls) == 1, text
