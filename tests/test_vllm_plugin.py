@@ -55,3 +55,17 @@ def test_disable_any_whitespace_is_allowed_with_tagjit():
     """)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["True"]
+
+
+@pytest.mark.parametrize("switch, patched", [("1", True), ("0", False)])
+def test_tagjit_vllm_apply_switch_decides_who_applies_bitmasks(switch, patched):
+    r = run(f"""
+        import os
+        os.environ["TAGJIT_VLLM_APPLY"] = "{switch}"
+        import tagjit_vllm
+        tagjit_vllm.register()
+        from vllm.v1.structured_output import utils
+        print(type(utils.xgr).__name__ == "_Xgrammar")
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(patched)]
