@@ -25,6 +25,27 @@ def decisions(url: str) -> dict[str, float]:
     return out
 
 
+def gauge(url: str, name: str) -> float:
+    with urllib.request.urlopen(url + "/metrics") as r:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in r.read().decode().splitlines()
+                   if line.startswith(name + "{") or line.startswith(name + " "))
+
+
+def quiet(url: str) -> dict[str, float]:
+    """The decision counts once the engine holds no request and its metrics snapshot has caught up
+    (earlier tests' aborted requests may still be finishing)."""
+    deadline = time.monotonic() + 60
+    last = None
+    while time.monotonic() < deadline:
+        live = gauge(url, "vllm:num_requests_running") + gauge(url, "vllm:num_requests_waiting")
+        now = decisions(url)
+        if live == 0 and now == last:
+            return now
+        last = now
+        time.sleep(1.5)  # more than the engine's 1 s metrics snapshot interval
+    raise AssertionError("the server did not become idle within 60 s")
+
+
 def settled(url: str, before: dict[str, float]) -> dict[str, float]:
     """The engine's decision counts once its metrics snapshot shows one more decision than before."""
     deadline = time.monotonic() + 20
@@ -41,7 +62,7 @@ def test_idle_engine_overlaps_a_long_compile_with_a_short_prompt(client, bias, v
     # delay only this request.
     tools = load_tools(str(DATA / "bfcl"), strict=True)[-150:]
     tag = build_tool_tag(load_format("hermes"), tools, "required", True)
-    before = decisions(vllm_url)
+    before = quiet(vllm_url)
     client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=4,
                                    logit_bias=bias, extra_body={"structured_outputs": {"structural_tag": json.dumps(tag)}})
     after = settled(vllm_url, before)
