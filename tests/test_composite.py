@@ -139,6 +139,15 @@ def call(fmt: str, tool: dict, args: str, variant: int = 0) -> tuple[str, int, i
     return text, len(begin.encode()), len((begin + args).encode())
 
 
+def assert_equal_masks_along(twin: Twin, tokens: list[int]) -> None:
+    """Walk tokens through both grammars, checking equal masks at every step and completion at the end."""
+    for t in tokens:
+        twin.check_mask()
+        assert twin.accept_token(t)
+    twin.check_mask()
+    assert twin.is_completed()
+
+
 # -- what compiles in parts ----------------------------------------------------------------------
 
 def test_forced_tool_tag_compiles_in_parts(svc):
@@ -206,21 +215,13 @@ def test_straddling_tokens_at_both_boundaries_get_equal_masks(svc, info):
     assert straddles(info, tokens, text, args_start), "no token crosses the begin/arguments boundary"
     assert straddles(info, tokens, text, args_end), "no token crosses the arguments/end boundary"
     twin = Twin(svc, tool_tag("hermes", TOOLS[:6]))
-    for t in tokens:
-        twin.check_mask()
-        assert twin.accept_token(t)
-    twin.check_mask()
-    assert twin.is_completed()
+    assert_equal_masks_along(twin, tokens)
 
 
 def test_braces_and_escapes_inside_strings_do_not_end_the_arguments(svc, info):
     text, _, _ = call("hermes", TOOLS[0], '{"base": 1, "height": 2, "unit": "a}}\\"}}\\\\"}')
     twin = Twin(svc, tool_tag("hermes", TOOLS[:6]))
-    for t in greedy_tokens(info, text):
-        twin.check_mask()
-        assert twin.accept_token(t)
-    twin.check_mask()
-    assert twin.is_completed()
+    assert_equal_masks_along(twin, greedy_tokens(info, text))
 
 
 def test_parallel_calls_with_straddling_separators_get_equal_masks(svc, info):
@@ -228,11 +229,7 @@ def test_parallel_calls_with_straddling_separators_get_equal_masks(svc, info):
     b, _, _ = call("hermes", TOOLS[0], '{"base": 1, "height": 2, "unit": "cm"}')
     text = a + "\n" + b
     twin = Twin(svc, tool_tag("hermes", TOOLS[:6]))
-    for t in greedy_tokens(info, text):
-        twin.check_mask()
-        assert twin.accept_token(t)
-    twin.check_mask()
-    assert twin.is_completed()
+    assert_equal_masks_along(twin, greedy_tokens(info, text))
 
 
 # -- verdicts on whole texts ---------------------------------------------------------------------
