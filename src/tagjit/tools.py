@@ -282,10 +282,12 @@ def constrains_arguments(tool: Tool, mode: str) -> bool:
 
 # -- tags ----------------------------------------------------------------------------------------
 
-def arguments_content(fmt: ToolFormat, schema: dict | bool | None, max_whitespace: int | None) -> dict:
-    """The argument part of one call: the schema (or any object, if None) in the format's style."""
-    if schema is not None:
-        schema_mod.prepared(schema_mod.schema_text(schema))  # the check the tag's validation reuses
+def arguments_content(fmt: ToolFormat, schema: dict | bool | None, max_whitespace: int | None,
+                      schema_json: str | None = None) -> dict:
+    """The argument part of one call: the schema (or any object, if None) in the format's style
+    (``schema_json``: the schema's ``schema.schema_text``, if the caller has it)."""
+    if schema is not None:  # the check the tag's validation reuses, by the same text
+        schema_mod.prepared(schema_json or schema_mod.schema_text(schema))
     if fmt.arguments in xml_args.STYLES:  # tagjit's own grammar: exactly what the engine's parser returns
         st = xml_args.style(fmt.arguments, fmt.argument_syntax)
         return xml_args.arguments_node(st, schema, get_settings().replace(max_whitespace=max_whitespace))
@@ -301,17 +303,17 @@ def arguments_content(fmt: ToolFormat, schema: dict | bool | None, max_whitespac
 
 def call_tags(fmt: ToolFormat, name: str, schema: dict | bool | None, max_whitespace: int | None) -> list[dict]:
     """The tags of one tool (one per call syntax); pure in its arguments, memoised by their JSON text."""
-    key = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))  # key order kept: it is generation order
+    key = schema_mod.schema_text(schema)  # key order kept: it is generation order
     return json.loads(_call_tags_json(fmt, name, key, max_whitespace))
 
 
 @bounded_memo(get_settings().memo_bytes, lambda args, value: len(args[2]) + len(value))
 def _call_tags_json(fmt: ToolFormat, name: str, schema_json: str, max_whitespace: int | None) -> str:
-    return json.dumps(_build_call_tags(fmt, name, json.loads(schema_json), max_whitespace), ensure_ascii=False)
+    return json.dumps(_build_call_tags(fmt, name, schema_json, max_whitespace), ensure_ascii=False)
 
 
-def _build_call_tags(fmt: ToolFormat, name: str, schema: dict | bool | None, max_whitespace: int | None) -> list[dict]:
-    args = arguments_content(fmt, schema, max_whitespace)
+def _build_call_tags(fmt: ToolFormat, name: str, schema_json: str, max_whitespace: int | None) -> list[dict]:
+    args = arguments_content(fmt, json.loads(schema_json), max_whitespace, schema_json)
     tags = []
     for c in fmt.call:
         begin = c.begin.replace("{name}", name)
