@@ -271,7 +271,7 @@ class _Normalizer:
                 merged = self.merge(merged, b, f"{where}/allOf/{i}")
             if merged is False:
                 raise ConstraintError(f"JSON schema at '{where}' accepts no value (its allOf branches conflict)")
-            n = merged if isinstance(merged, dict) else {}
+            n = dict(merged) if isinstance(merged, dict) else {}  # a lone branch is the caller's own dict
         combinators = [k for k in ("anyOf", "oneOf") if isinstance(n.get(k), list)]
         if len(combinators) == 2:
             raise UnsupportedFeatureError("anyOf together with oneOf", where)
