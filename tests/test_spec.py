@@ -27,3 +27,14 @@ def test_kinds_are_part_of_the_key():
 def test_salt_separates_tokenizers():
     c = Constraint.of(Kind.REGEX, "a+")
     assert c.key("tokenizer-1") != c.key("tokenizer-2")
+
+
+def test_a_constraint_built_from_an_object_holds_its_canonical_text():
+    c = Constraint.of(Kind.JSON, {"type": "object", "properties": {"z": {}, "é": {}}})
+    assert c.source == c.canonical() == '{"type":"object","properties":{"z":{},"é":{}}}'
+
+
+def test_a_constraint_of_canonical_text_keys_like_the_same_text_formatted_otherwise():
+    canonical = Constraint.of_canonical(Kind.STRUCTURAL_TAG, '{"type":"structural_tag","format":{"type":"any_text"}}')
+    spaced = Constraint.of(Kind.STRUCTURAL_TAG, '{"type": "structural_tag", "format": {"type": "any_text"}}')
+    assert canonical.key("salt") == spaced.key("salt")

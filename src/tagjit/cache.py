@@ -93,7 +93,11 @@ def bounded_memo(max_bytes: int, size_of: Callable[[tuple, Any], int]) -> Callab
             cache.put(args, (args, value))
             return value
 
+        def remember(value: V, *args: Any) -> None:
+            cache.put(args, (args, value))
+
         memo.cache = cache  # type: ignore[attr-defined]
+        memo.remember = remember  # type: ignore[attr-defined]  # record a result known without calling fn
         return memo
     return wrap
 

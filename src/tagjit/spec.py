@@ -8,7 +8,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from .cache import bounded_memo
 from .errors import ConstraintError
+from .settings import get_settings
+
+_JSON_KINDS = ("json", "choice", "structural_tag")
 
 
 class Kind(str, enum.Enum):
@@ -33,19 +37,29 @@ class Constraint:
     def of(cls, kind: Kind | str, source: Any) -> "Constraint":
         """Build a constraint from a kind and a str, dict or list source."""
         kind = Kind(kind)
-        if not isinstance(source, str):
-            try:
-                source = json.dumps(source, ensure_ascii=False)
-            except RecursionError:
-                raise ConstraintError(f"{kind.value}: JSON nested too deeply") from None
-            except (TypeError, ValueError) as e:
-                raise ConstraintError(f"{kind.value}: not serialisable as JSON: {e}") from None
-        return cls(kind, source)
+        if isinstance(source, str):
+            return cls(kind, source)
+        try:
+            text = compact_json(source)
+        except RecursionError:
+            raise ConstraintError(f"{kind.value}: JSON nested too deeply") from None
+        except (TypeError, ValueError) as e:
+            raise ConstraintError(f"{kind.value}: not serialisable as JSON: {e}") from None
+        return cls.of_canonical(kind, text)
+
+    @classmethod
+    def of_canonical(cls, kind: Kind | str, text: str) -> "Constraint":
+        """A constraint from JSON text already in canonical form (``compact_json``), whose key then costs no
+        re-serialisation (a 200-tool tag is ~0.2 MB: a parse and a dump per key is ~10 ms)."""
+        kind = Kind(kind)
+        if kind.value in _JSON_KINDS:
+            _canonical_json.remember(text, kind.value, text)
+        return cls(kind, text)
 
     def canonical(self) -> str:
         """Canonical text: JSON re-serialised compactly, key order kept (order is generation order)."""
-        if self.kind in (Kind.JSON, Kind.CHOICE, Kind.STRUCTURAL_TAG):
-            return json.dumps(self.parsed(), separators=(",", ":"), ensure_ascii=False)
+        if self.kind in _JSON_KINDS:
+            return _canonical_json(Kind(self.kind).value, self.source)
         return self.source
 
     def parsed(self) -> Any:
@@ -64,3 +78,15 @@ class Constraint:
             h.update(part.encode("utf-8", "surrogatepass"))
             h.update(b"\0")
         return h.hexdigest()
+
+
+def compact_json(value: Any) -> str:
+    """The canonical JSON text of a value: compact, non-ASCII kept, key order kept."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+# The API server keys a request's constraint more than once (tag trust, validation), each key a parse
+# and a dump of the whole text; one memo per process makes the later ones free.
+@bounded_memo(get_settings().memo_bytes, lambda args, value: len(args[1]) + (0 if value is args[1] else len(value)))
+def _canonical_json(kind: str, source: str) -> str:
+    return compact_json(Constraint(Kind(kind), source).parsed())
