@@ -262,3 +262,15 @@ def test_the_per_tool_part_depends_only_on_format_tool_and_mode():
     tag = build_tool_tag(fmt, [WEATHER, TIME], "required", settings=Settings())
     assert tools.call_tags(fmt, "get_time", schema, 8)[0] in tag["format"]["elements"][0]["tags"] \
         if tag["format"]["type"] == "sequence" else tag["format"]["tags"]
+
+
+@pytest.mark.parametrize("fmt", tools.format_names())
+@pytest.mark.parametrize("choice", ["required", "auto", "none", "get_weather"])
+def test_the_tag_text_is_the_canonical_json_of_the_tag(fmt, choice):
+    from tagjit.spec import compact_json
+
+    tool_list = [WEATHER, TIME, *bfcl.load_tools(DATA / "bfcl", strict=True)[:30]]
+    for parallel in (True, False):
+        text = tools.build_tool_tag_json(fmt, tool_list, choice, parallel, Settings(tool_scope="always"))
+        assert text == compact_json(build_tool_tag(fmt, tool_list, choice, parallel, Settings(tool_scope="always")))
+        assert json.loads(text)["type"] == "structural_tag"

@@ -32,7 +32,6 @@ The hook (two wraps, idempotent)
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 from typing import Any
@@ -132,7 +131,7 @@ def apply_tool_tag(fmt_name: str, request: Any, fallback: Any) -> Any:
     from tagjit import ConstraintError, get_settings
     from tagjit.compiler import trust
     from tagjit.spec import Constraint, Kind
-    from tagjit.tools import build_tool_tag, load_format
+    from tagjit.tools import build_tool_tag_json, load_format
 
     choice = _dump_tool_choice_for_xgrammar(request.tool_choice)
     if isinstance(choice, dict) and choice.get("type") not in (None, "function"):
@@ -140,20 +139,28 @@ def apply_tool_tag(fmt_name: str, request: Any, fallback: Any) -> Any:
     user_format = request.extract_structured_outputs() is not None
     if user_format and (choice in (None, "auto", "none")):
         return fallback()
-    tools = [_dump_tool_for_xgrammar(t) for t in request.tools]
+    tools = [_tool_dict(t, _dump_tool_for_xgrammar) for t in request.tools]
     try:
-        tag = build_tool_tag(load_format(fmt_name), tools, choice, request.parallel_tool_calls is not False,
-                             get_settings())
+        text = build_tool_tag_json(load_format(fmt_name), tools, choice, request.parallel_tool_calls is not False,
+                                   get_settings())
     except ConstraintError as e:
         raise VLLMValidationError(str(e), parameter="tools") from None
-    if tag is None:
+    if text is None:
         return request
-    text = json.dumps(tag, ensure_ascii=False)
     # Every schema in it was just checked; building the whole tag again to validate it costs ~60 ms at 200 tools.
-    trust(Constraint.of(Kind.STRUCTURAL_TAG, text))
+    trust(Constraint.of_canonical(Kind.STRUCTURAL_TAG, text))
     request.structured_outputs = StructuredOutputsParams(structural_tag=text)
     if isinstance(request, ResponsesRequest):
         request.text = None
     else:
         request.response_format = None
     return request
+
+
+def _tool_dict(tool: Any, dump: Any) -> dict:
+    """The fields of a Chat Completions function tool that the tag reads (``model_dump`` of the whole tool,
+    schema included, costs ~30 us a tool); other tools as vLLM dumps them for xgrammar."""
+    fn = getattr(tool, "function", None)
+    if getattr(tool, "type", None) == "function" and fn is not None and isinstance(getattr(fn, "name", None), str):
+        return {"type": "function", "function": {"name": fn.name, "parameters": fn.parameters, "strict": fn.strict}}
+    return dump(tool)

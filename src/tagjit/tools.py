@@ -25,6 +25,7 @@ from .cache import bounded_memo
 from .errors import ConstraintError
 from .grammars import _TAG_WHITESPACE
 from .settings import Settings, get_settings
+from .spec import compact_json
 
 ArgumentStyle = Literal["json", "qwen_xml", "deepseek_xml", "glm_xml"]
 Layout = Literal["triggered", "messages"]
@@ -309,7 +310,7 @@ def call_tags(fmt: ToolFormat, name: str, schema: dict | bool | None, max_whites
 
 @bounded_memo(get_settings().memo_bytes, lambda args, value: len(args[2]) + len(value))
 def _call_tags_json(fmt: ToolFormat, name: str, schema_json: str, max_whitespace: int | None) -> str:
-    return json.dumps(_build_call_tags(fmt, name, schema_json, max_whitespace), ensure_ascii=False)
+    return compact_json(_build_call_tags(fmt, name, schema_json, max_whitespace))
 
 
 def _build_call_tags(fmt: ToolFormat, name: str, schema_json: str, max_whitespace: int | None) -> list[dict]:
@@ -428,6 +429,21 @@ def build_tool_tag(fmt: ToolFormat | str, tools: Sequence[Mapping[str, Any]] | N
     ``reasoning_started``: the prompt already opened that block, so only its end is expected. An
     engine that gates reasoning itself (vLLM with a reasoning parser) passes neither.
     """
+    text = build_tool_tag_json(fmt, tools, tool_choice, parallel_tool_calls, settings, reasoning=reasoning,
+                               reasoning_started=reasoning_started)
+    return None if text is None else json.loads(text)
+
+
+# Stands for all call tags in a tag's skeleton; the serialised skeleton gets their memoised texts in its place.
+_CALLS = "\x00tagjit:calls\x00"
+_CALLS_JSON = compact_json(_CALLS)
+
+
+def build_tool_tag_json(fmt: ToolFormat | str, tools: Sequence[Mapping[str, Any]] | None, tool_choice: Any = "auto",
+                        parallel_tool_calls: bool = True, settings: Settings | None = None, *,
+                        reasoning: bool = False, reasoning_started: bool = False) -> str | None:
+    """``build_tool_tag`` as canonical JSON text (``spec.compact_json``), assembled from per-tool texts memoised
+    across requests: no per-request parse or dump of the tools' schemas."""
     if isinstance(fmt, str):
         fmt = load_format(fmt)
     settings = settings or get_settings()
@@ -450,16 +466,18 @@ def build_tool_tag(fmt: ToolFormat | str, tools: Sequence[Mapping[str, Any]] | N
             body = _messages_layout(fmt, kind, [], True, reasoning)
         else:
             body = _text(list(fmt.text_excludes) + list(fmt.openings))
-        return {"type": "structural_tag", "format": _with_reasoning(fmt, body, reasoning, reasoning_started)}
+        return compact_json({"type": "structural_tag", "format": _with_reasoning(fmt, body, reasoning, reasoning_started)})
 
-    tags: list[dict] = []
+    parts: list[str] = []
     for t in function_tools:
         schema = t.parameters if constrains_arguments(t, settings.tool_schema_mode) else None
         try:
-            tags.extend(call_tags(fmt, t.name, schema, settings.max_whitespace))
+            text = _call_tags_json(fmt, t.name, schema_mod.schema_text(schema), settings.max_whitespace)
         except ConstraintError as e:  # keep the subclass (UnsupportedFeatureError), name the tool
             e.args = (f"tool {t.name!r}: {e}",)
             raise
+        parts.append(text[1:-1])  # the list's items
+    tags = [_CALLS]
     single = kind == "named" or not parallel_tool_calls
     if fmt.layout == "messages":
         body = _messages_layout(fmt, kind, tags, single, reasoning)
@@ -467,11 +485,12 @@ def build_tool_tag(fmt: ToolFormat | str, tools: Sequence[Mapping[str, Any]] | N
         body = _auto(fmt, tags, single)
     else:
         body = _forced(fmt, tags, single)
-    return {"type": "structural_tag", "format": _with_reasoning(fmt, body, reasoning, reasoning_started)}
+    skeleton = compact_json({"type": "structural_tag", "format": _with_reasoning(fmt, body, reasoning, reasoning_started)})
+    return skeleton.replace(_CALLS_JSON, ",".join(parts))
 
 
 __all__ = [
     "ToolFormat", "CallSyntax", "Tool", "load_format", "format_names", "parse_format", "format_for_parser",
     "variant_for_vocab", "normalize_tools", "parse_tool_choice", "constrains_arguments", "call_tags", "arguments_content",
-    "applies", "build_tool_tag",
+    "applies", "build_tool_tag", "build_tool_tag_json",
 ]
