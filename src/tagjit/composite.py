@@ -255,6 +255,12 @@ class VocabIndex:
         self.words = (info.vocab_size + 31) // 32
         self.stop_ids = list(info.stop_token_ids)
         self.single = [by[bytes([c])][0] if bytes([c]) in by else -1 for c in range(256)]
+        single = np.array(self.single, dtype=np.int64)
+        # Bytes with a one-byte token, those tokens' mask words and bits: a unit's first bytes in one numpy step.
+        self.single_bytes = np.flatnonzero(single >= 0)
+        self.single_words = single[self.single_bytes] >> 5
+        self.single_bits = (single[self.single_bytes] & 31).astype(np.uint32)
+        self.no_single = [c for c in range(256) if self.single[c] < 0]
         self._exits: dict[tuple[bytes | None, frozenset[int]], tuple[np.ndarray, ...]] = {}
         self._lock = threading.Lock()
 
@@ -393,13 +399,10 @@ def make_unit(grammar: xgr.CompiledGrammar, key: str, index: VocabIndex) -> Unit
     mask = xgr.allocate_token_bitmask(1, index.vocab_size)
     m.fill_next_token_bitmask(mask, 0)
     row = mask[0].numpy().view(np.uint32)
-    first = set()
-    for c in range(256):
-        t = index.single[c]
-        if t >= 0:
-            if (row[t >> 5] >> np.uint32(t & 31)) & 1:
-                first.add(c)
-        elif m.accept_string(bytes([c])):
+    allowed = (row[index.single_words] >> index.single_bits) & 1
+    first = set(index.single_bytes[allowed.astype(bool)].tolist())
+    for c in index.no_single:
+        if m.accept_string(bytes([c])):
             m.rollback(1)
             first.add(c)
     return Unit(grammar, key, frozenset(first), int(grammar.memory_size_bytes))
