@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import cached_property
 from typing import Any, Iterator
 
 import jsonschema
@@ -78,8 +79,11 @@ def prepare_schema(schema: dict | bool) -> dict | bool:
     except RecursionError:
         raise ConstraintError(f"JSON schema nests deeper than {MAX_DEPTH} levels") from None
     if isinstance(normalized, dict):
-        for where, node in _subschemas(normalized, "#"):
-            _check_node(node, where)
+        for node, path in _subschemas(normalized):
+            if not _CHECKED.isdisjoint(node):
+                problem = _node_problem(node)
+                if problem is not None:
+                    raise UnsupportedFeatureError(problem, _where(path))
     return normalized
 
 
@@ -102,8 +106,8 @@ def schema_text(schema: Any) -> str:
 
 
 def _check_validity(schema: dict) -> None:
-    _check_depth(schema)
-    _check_text(schema, "#")
+    if _scan(schema):  # _check_text walks again, in its order, for the error and its path
+        _check_text(schema, "#")
     if quick_valid(schema):
         return
     try:
@@ -116,15 +120,37 @@ def _check_validity(schema: dict) -> None:
         raise ConstraintError(f"JSON schema nests deeper than {MAX_DEPTH} levels") from None
 
 
-def _check_depth(node: Any, depth: int = 0) -> None:
-    if depth > MAX_DEPTH:
-        raise ConstraintError(f"JSON schema nests deeper than {MAX_DEPTH} levels")
-    if isinstance(node, dict):
-        for v in node.values():
-            _check_depth(v, depth + 1)
-    elif isinstance(node, list):
-        for v in node:
-            _check_depth(v, depth + 1)
+def _scan(schema: dict) -> bool:
+    """Raise if the schema nests deeper than MAX_DEPTH; whether _check_text would refuse it (no paths built)."""
+    found = False
+    stack: list[tuple[Any, int]] = [(schema, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if not node:
+            continue
+        if depth >= MAX_DEPTH:  # a non-empty container here has a value deeper than MAX_DEPTH
+            raise ConstraintError(f"JSON schema nests deeper than {MAX_DEPTH} levels")
+        depth += 1
+        if isinstance(node, dict):
+            enum = node.get("enum")
+            if isinstance(enum, list) and len(enum) > MAX_ENUM_VALUES:
+                found = True
+            for k, v in node.items():
+                if isinstance(k, str) and not k.isascii() and has_lone_surrogate(k):
+                    found = True
+                if isinstance(v, str):
+                    if not v.isascii() and has_lone_surrogate(v):
+                        found = True
+                elif isinstance(v, (dict, list)):
+                    stack.append((v, depth))
+        else:
+            for v in node:
+                if isinstance(v, str):
+                    if not v.isascii() and has_lone_surrogate(v):
+                        found = True
+                elif isinstance(v, (dict, list)):
+                    stack.append((v, depth))
+    return found
 
 
 def _check_text(node: Any, where: str) -> None:
@@ -164,38 +190,45 @@ def _types(node: dict) -> set[str]:
     return set()
 
 
-def _check_node(node: dict, where: str) -> None:
+def _node_problem(node: dict) -> str | None:
+    """The first feature of one (normalised) schema node that tagjit cannot enforce, or None."""
     for kw in _UNSUPPORTED:
         if kw in node:
-            raise UnsupportedFeatureError(kw, where)
+            return kw
     types = _types(node)
     if node.get("uniqueItems") is True:
-        raise UnsupportedFeatureError("uniqueItems", where)
+        return "uniqueItems"
     if "multipleOf" in node:  # normalize_schema removed the forms that mean "an integer"
-        raise UnsupportedFeatureError("multipleOf", where)
+        return "multipleOf"
     fmt = node.get("format")
     if isinstance(fmt, str) and fmt not in SUPPORTED_FORMATS and (not types or "string" in types):
-        raise UnsupportedFeatureError(f"format: {fmt}", where)
+        return f"format: {fmt}"
     if ("pattern" in node or "format" in node) and ("minLength" in node or "maxLength" in node):
-        raise UnsupportedFeatureError("minLength/maxLength together with pattern or format", where)
+        return "minLength/maxLength together with pattern or format"
     ref = node.get("$ref")
     if isinstance(ref, str) and not ref.startswith("#"):
-        raise UnsupportedFeatureError(f"$ref to an external document ({ref})", where)
+        return f"$ref to an external document ({ref})"
     if isinstance(node.get("allOf"), list) and len(node["allOf"]) > 1:
-        raise UnsupportedFeatureError("allOf with more than one branch", where)
+        return "allOf with more than one branch"
     if "pattern" in node and "format" in node:
-        raise UnsupportedFeatureError("pattern together with format", where)
+        return "pattern together with format"
     pattern_props = node.get("patternProperties")
     if isinstance(pattern_props, dict) and pattern_props:
         if "properties" in node:
-            raise UnsupportedFeatureError("patternProperties together with properties", where)
+            return "patternProperties together with properties"
         if len(pattern_props) > 1:
-            raise UnsupportedFeatureError("more than one patternProperties entry", where)
+            return "more than one patternProperties entry"
     if "propertyNames" in node:
         if "properties" in node or "patternProperties" in node:
-            raise UnsupportedFeatureError("propertyNames together with properties", where)
+            return "propertyNames together with properties"
         if node.get("unevaluatedProperties", True) is not True:
-            raise UnsupportedFeatureError("propertyNames together with unevaluatedProperties", where)
+            return "propertyNames together with unevaluatedProperties"
+    return None
+
+
+# A node with none of these keys has no problem _node_problem could report.
+_CHECKED = frozenset({*_UNSUPPORTED, "uniqueItems", "multipleOf", "format", "pattern", "$ref", "allOf",
+                      "patternProperties", "propertyNames"})
 
 
 _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
@@ -204,27 +237,50 @@ _SCHEMA_VALUES = ("items", "additionalProperties", "unevaluatedProperties", "pro
                   "additionalItems", "contains", "not", "if", "then", "else")
 
 
-def _subschemas(node: Any, where: str) -> Iterator[tuple[str, dict]]:
-    if not isinstance(node, dict):
+_SCHEMA_KEYS = frozenset({*_SCHEMA_MAPS, *_SCHEMA_LISTS, *_SCHEMA_VALUES})
+
+# A subschema's location, rendered by _where only when an error or an anchor needs it: the root's
+# text, or (parent path, part, ...).
+_Path = str | tuple
+
+
+def _where(path: _Path) -> str:
+    """The '#/a/b' text of a _Path."""
+    parts: list[Any] = []
+    while not isinstance(path, str):
+        parts.extend(reversed(path[1:]))
+        path = path[0]
+    parts.reverse()
+    return path + "".join(f"/{p}" for p in parts)
+
+
+def _subschemas(root: Any, where: str = "#") -> Iterator[tuple[dict, _Path]]:
+    """Every schema node under root (itself first), depth-first in keyword order, with its path."""
+    if not isinstance(root, dict):
         return
-    yield where, node
-    for key in _SCHEMA_MAPS:
-        sub = node.get(key)
-        if isinstance(sub, dict):
-            for name, child in sub.items():
-                yield from _subschemas(child, f"{where}/{key}/{name}")
-    for key in _SCHEMA_LISTS:
-        sub = node.get(key)
-        if isinstance(sub, list):
-            for i, child in enumerate(sub):
-                yield from _subschemas(child, f"{where}/{key}/{i}")
-    for key in _SCHEMA_VALUES:
-        sub = node.get(key)
-        if isinstance(sub, dict):
-            yield from _subschemas(sub, f"{where}/{key}")
-        elif key == "items" and isinstance(sub, list):
-            for i, child in enumerate(sub):
-                yield from _subschemas(child, f"{where}/items/{i}")
+    stack: list[tuple[dict, _Path]] = [(root, where)]
+    while stack:
+        node, path = stack.pop()
+        yield node, path
+        if _SCHEMA_KEYS.isdisjoint(node):
+            continue
+        children: list[tuple[dict, _Path]] = []
+        for key in _SCHEMA_MAPS:
+            sub = node.get(key)
+            if isinstance(sub, dict):
+                children += [(child, (path, key, name)) for name, child in sub.items() if isinstance(child, dict)]
+        for key in _SCHEMA_LISTS:
+            sub = node.get(key)
+            if isinstance(sub, list):
+                children += [(child, (path, key, i)) for i, child in enumerate(sub) if isinstance(child, dict)]
+        for key in _SCHEMA_VALUES:
+            sub = node.get(key)
+            if isinstance(sub, dict):
+                children.append((sub, (path, key)))
+            elif key == "items" and isinstance(sub, list):
+                children += [(child, (path, key, i)) for i, child in enumerate(sub) if isinstance(child, dict)]
+        children.reverse()
+        stack += children
 
 
 # -- normalisation: equivalent (or stricter, never looser) forms that xgrammar enforces exactly ---------
@@ -248,10 +304,17 @@ def normalize_schema(schema: dict | bool) -> dict | bool:
 class _Normalizer:
     def __init__(self, root: dict) -> None:
         self.root = root
-        cls = jsonschema.validators.validator_for(root, default=jsonschema.Draft202012Validator)
-        self._validator = cls(root)
         self._inlining: list[str] = []
-        self._anchors = dict(_anchors(root, "#"))
+
+    # Built on first use: most schemas have no enum beside other keywords and no plain-name $ref.
+    @cached_property
+    def _validator(self) -> Any:
+        cls = jsonschema.validators.validator_for(self.root, default=jsonschema.Draft202012Validator)
+        return cls(self.root)
+
+    @cached_property
+    def _anchor_paths(self) -> dict[str, str]:
+        return dict(_anchors(self.root, "#"))
 
     # -- one node ------------------------------------------------------------------------------
     def node(self, n: Any, where: str) -> Any:
@@ -260,9 +323,9 @@ class _Normalizer:
         n = _draft4(dict(n))
         ref = n.get("$ref")
         if isinstance(ref, str) and ref.startswith("#") and ref != "#" and not ref.startswith("#/"):
-            if ref not in self._anchors:  # xgrammar would silently accept anything here
+            if ref not in self._anchor_paths:  # xgrammar would silently accept anything here
                 raise ConstraintError(f"JSON schema at '{where}': $ref {ref!r} names no anchor in the schema")
-            n["$ref"] = self._anchors[ref]
+            n["$ref"] = self._anchor_paths[ref]
         _exact_date(n)
         if isinstance(n.get("allOf"), list):
             branches = n.pop("allOf")
@@ -277,6 +340,17 @@ class _Normalizer:
             raise UnsupportedFeatureError("anyOf together with oneOf", where)
         if combinators:
             n = self._distribute(n, combinators[0], where)
+        if not _SCHEMA_KEYS.isdisjoint(n):  # most nodes are leaves
+            self._children(n, where)
+        if combinators and combinators[0] == "oneOf":
+            n["oneOf"] = self._one_of(n["oneOf"], where)
+        _infer_type(n)
+        _multiple_of_one(n)
+        _anchor_pattern(n)
+        self._required_properties(n, where)
+        return self._filter_enum(n, where)
+
+    def _children(self, n: dict, where: str) -> None:
         for key in _SCHEMA_MAPS:
             if isinstance(n.get(key), dict):
                 n[key] = {name: self.node(child, f"{where}/{key}/{name}") for name, child in n[key].items()}
@@ -286,13 +360,6 @@ class _Normalizer:
         for key in _SCHEMA_VALUES:
             if isinstance(n.get(key), dict):
                 n[key] = self.node(n[key], f"{where}/{key}")
-        if combinators and combinators[0] == "oneOf":
-            n["oneOf"] = self._one_of(n["oneOf"], where)
-        _infer_type(n)
-        _multiple_of_one(n)
-        _anchor_pattern(n)
-        self._required_properties(n, where)
-        return self._filter_enum(n, where)
 
     def _distribute(self, n: dict, comb: str, where: str) -> dict:
         siblings = {k: v for k, v in n.items() if k not in _PASSIVE and k != comb}
@@ -491,7 +558,7 @@ class _Normalizer:
             self._inlining.pop()
 
     def _resolve(self, ref: str, where: str) -> Any:
-        ref = self._anchors.get(ref, ref)
+        ref = self._anchor_paths.get(ref, ref)
         if not ref.startswith("#"):
             raise UnsupportedFeatureError(f"$ref to an external document ({ref})", where)
         node: Any = self.root
@@ -637,12 +704,17 @@ def _discriminator(views: list) -> str | None:
 
 def _anchors(node: Any, where: str) -> Iterator[tuple[str, str]]:
     """Plain-name fragments (draft-4 ``id: "#name"``, ``$id``, ``$anchor``) and their JSON pointers."""
-    for path, sub in _subschemas(node, where):
+    for sub, path in _subschemas(node, where):
+        if _ANCHOR_KEYS.isdisjoint(sub):
+            continue
         for key in ("id", "$id"):
             if isinstance(sub.get(key), str) and sub[key].startswith("#") and len(sub[key]) > 1:
-                yield sub[key], path
+                yield sub[key], _where(path)
         if isinstance(sub.get("$anchor"), str):
-            yield "#" + sub["$anchor"], path
+            yield "#" + sub["$anchor"], _where(path)
+
+
+_ANCHOR_KEYS = frozenset({"id", "$id", "$anchor"})
 
 
 # RFC 3339 full-date with the days of each month and leap years (xgrammar's "date" accepts 2021-02-31).
