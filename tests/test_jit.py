@@ -94,3 +94,25 @@ def test_compile_threads_run_at_the_configured_niceness(llama3_info):
     finally:
         svc.close()
     assert nice == max(7, os.getpriority(os.PRIO_PROCESS, 0))
+
+
+def test_compile_threads_run_only_on_the_configured_cpus(llama3_info):
+    import os
+
+    from tagjit import CompileService
+
+    cpu = min(os.sched_getaffinity(0))
+    svc = CompileService(llama3_info, Settings(compile_cpus=str(cpu)))
+    try:
+        cpus = svc._pool.submit(os.sched_getaffinity, 0).result()
+        units = svc._unit_pool.submit(os.sched_getaffinity, 0).result()
+    finally:
+        svc.close()
+    assert cpus == units == {cpu}
+    assert os.sched_getaffinity(0) != {cpu} or os.cpu_count() == 1  # the serving thread keeps its CPUs
+
+
+def test_a_cpu_list_names_ranges_and_single_cpus():
+    from tagjit.compiler import parse_cpus
+
+    assert parse_cpus("0-2, 5,7-8") == {0, 1, 2, 5, 7, 8}

@@ -47,13 +47,13 @@ class CompileService:
         self.units: LRUCache[composite.Unit] = LRUCache(s.cache_bytes, lambda u: u.nbytes)
         self.composite_enabled = True
         self._unit_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tagjit-unit",
-                                             initializer=_lower_priority, initargs=(s.compile_nice,))
+                                             initializer=_pool_thread_init, initargs=(s.compile_nice, s.compile_cpus))
         # The sorted vocabulary that composite tags need (~0.5 s once per tokenizer), built off the request path.
         self._unit_pool.submit(composite.vocab_index, tokenizer_info)
         self.disk = DiskCache(s.disk_cache_dir, self._salt) if s.disk_cache_dir else None
         self._validated: LRUCache[bool] = LRUCache(64 * 1024, lambda _: 1)
         self._pool = ThreadPoolExecutor(max_workers=max(1, s.compile_threads), thread_name_prefix="tagjit-compile",
-                                        initializer=_lower_priority, initargs=(s.compile_nice,))
+                                        initializer=_pool_thread_init, initargs=(s.compile_nice, s.compile_cpus))
         self.lint_enabled = s.lint
         self._inflight: dict[str, Future[Compiled]] = {}
         self._lock = threading.Lock()
@@ -237,15 +237,33 @@ class CompileService:
         self._unit_pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _lower_priority(nice: int) -> None:
-    """Run this pool thread (and the xgrammar threads it starts, which inherit it) at a higher niceness."""
-    if nice <= 0 or not hasattr(os, "setpriority"):
-        return
-    try:
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, max(os.getpriority(os.PRIO_PROCESS, tid), min(nice, 19)))
-    except OSError as e:  # a sandbox that forbids it: compiles still run, at normal priority
-        log.debug("tagjit: cannot lower compile thread priority: %s", e)
+def _pool_thread_init(nice: int, cpus: str | None) -> None:
+    """Set this pool thread's niceness and CPUs; the xgrammar threads it starts inherit both."""
+    tid = threading.get_native_id()
+    if nice > 0 and hasattr(os, "setpriority"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, max(os.getpriority(os.PRIO_PROCESS, tid), min(nice, 19)))
+        except OSError as e:  # a sandbox that forbids it: compiles still run, at normal priority
+            log.debug("tagjit: cannot lower compile thread priority: %s", e)
+    if cpus and hasattr(os, "sched_setaffinity"):
+        try:
+            allowed = parse_cpus(cpus) & os.sched_getaffinity(0)
+            if allowed:  # on Linux, pid 0 is the calling thread
+                os.sched_setaffinity(0, allowed)
+        except (OSError, ValueError) as e:
+            log.warning("tagjit: compile threads keep their CPUs (TAGJIT_COMPILE_CPUS=%r): %s", cpus, e)
+
+
+def parse_cpus(text: str) -> set[int]:
+    """The CPUs of a Linux CPU list such as ``0-3,8``."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
 
 
 _services: dict[tuple[str, Settings], CompileService] = {}

@@ -30,6 +30,9 @@ class Settings:
     compile_nice: int = 10
     """CPU niceness of the compile threads (Linux): a JIT compile overlaps the forward pass and must not
     slow it where both share cores; 0 runs them at the serving threads' priority."""
+    compile_cpus: str | None = None
+    """CPUs the compile threads may run on (Linux CPU list, e.g. ``1`` or ``2-7,10``): keep them off the cores
+    that run the forward pass; None leaves them wherever the process may run."""
     xgrammar_threads: int = 0
     """Threads xgrammar's compiler uses for one grammar; 0 means one per CPU, at most 8."""
     cache_bytes: int = 512 * 1024 * 1024
