@@ -466,7 +466,8 @@ def build_tool_tag_json(fmt: ToolFormat | str, tools: Sequence[Mapping[str, Any]
             body = _messages_layout(fmt, kind, [], True, reasoning)
         else:
             body = _text(list(fmt.text_excludes) + list(fmt.openings))
-        return compact_json({"type": "structural_tag", "format": _with_reasoning(fmt, body, reasoning, reasoning_started)})
+        body = _with_reasoning(fmt, body, reasoning, reasoning_started)
+        return compact_json({"type": "structural_tag", "format": body})
 
     parts: list[str] = []
     for t in function_tools:
@@ -485,7 +486,8 @@ def build_tool_tag_json(fmt: ToolFormat | str, tools: Sequence[Mapping[str, Any]
         body = _auto(fmt, tags, single)
     else:
         body = _forced(fmt, tags, single)
-    skeleton = compact_json({"type": "structural_tag", "format": _with_reasoning(fmt, body, reasoning, reasoning_started)})
+    body = _with_reasoning(fmt, body, reasoning, reasoning_started)
+    skeleton = compact_json({"type": "structural_tag", "format": body})
     return skeleton.replace(_CALLS_JSON, ",".join(parts))
 
 
