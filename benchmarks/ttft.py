@@ -8,12 +8,14 @@ Requests go one at a time (streamed) so TTFT is not confounded by batching:
   tools-N        tool_choice=required with N BFCL tools, a new tool set per request, long prompt
   tools-combo    tool_choice=required, short prompt, a new combination of 200 tools all seen before
   plain          the same prompts without constraints (the baseline of every overhead)
+  free           tools-N only: the same prompt and number of new tools, tool_choice=auto and not strict,
+                 which no backend constrains: what the server spends on carrying the tools, any backend
 
 TTFT is the latency of the request cut to one token (streamed tool calls show no delta until the
 parser has read the call's name); total latency is that of a second, full request with another
 constraint new to the server. vLLM's CPU backend pins the forward pass to core 0 and leaves core 1
 to the serving processes, much as an accelerator would. Prints a table (medians, overheads over
-plain, TTFT ratio to xgrammar), writes JSON and a plot.
+plain and over free, TTFT ratio to xgrammar), writes JSON and a plot.
 """
 
 from __future__ import annotations
@@ -104,20 +106,19 @@ def run_backend(backend: str, model: str, args, schemas, tools, log) -> list[dic
         client = OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600)
         common = dict(model="tiny", max_tokens=args.max_tokens, logit_bias=bias, temperature=1.0)
 
-        def measure(scenario: str, constrained: bool, prompt: str, make: Callable[[], dict] = dict) -> None:
+        def measure(scenario: str, variant: str, prompt: str, make: Callable[[], dict] = dict) -> None:
             # TTFT and total latency come from two requests, each with a constraint new to the server:
             # make() returns a fresh one per call (another tool subset, another copy of the schema).
             try:
                 ttft = first_token_ms(client, messages=[{"role": "user", "content": prompt}], **common, **make())
                 total = total_ms(client, messages=[{"role": "user", "content": prompt + " ."}], **common, **make())
             except Exception as e:  # a backend that cannot serve this request is reported, not fatal
-                rows.append({"backend": backend, "scenario": scenario, "constrained": constrained,
-                             "error": str(e)[:200]})
+                rows.append({"backend": backend, "scenario": scenario, "variant": variant, "error": str(e)[:200]})
                 log(f"  {backend:<9} {scenario:<12} ERROR {str(e)[:100]}")
                 return
-            rows.append({"backend": backend, "scenario": scenario, "constrained": constrained,
-                         "ttft_ms": ttft, "total_ms": total})
-            log(f"  {backend:<9} {scenario:<12} {'constrained' if constrained else 'plain':<11} "
+            rows.append({"backend": backend, "scenario": scenario, "variant": variant, "ttft_ms": ttft,
+                         "total_ms": total})
+            log(f"  {backend:<9} {scenario:<12} {variant:<11} "
                 f"TTFT {ttft:7.0f} ms  total {total:7.0f} ms")
 
         copies = iter(range(1_000_000))
@@ -127,33 +128,38 @@ def run_backend(backend: str, model: str, args, schemas, tools, log) -> list[dic
             return lambda: {"response_format": {"type": "json_schema", "json_schema": {
                 "name": "s", "schema": {**schema, "description": f"copy {next(copies)}"}}}}
 
-        def tools_request(pool: list[dict], n: int, new: bool = False) -> Callable[[], dict]:
+        def tools_request(pool: list[dict], n: int, new: bool = False, free: bool = False) -> Callable[[], dict]:
             def make() -> dict:
                 picked = rng.sample(pool, n)
                 if new:  # a copy no request has sent: another name, another schema text
                     picked = [renamed(t, next(copies)) for t in picked]
+                if free:  # parallel calls allowed and no strict tool: no backend constrains tool_choice=auto
+                    picked = [{**t, "function": {**t["function"], "strict": False}} for t in picked]
+                    return {"tools": picked, "tool_choice": "auto"}
                 return {"tools": picked, "tool_choice": "required"}
             return make
 
         rng = random.Random(0)
         # One-off costs (first forward pass, first mask apply, first tool tag) are paid before measuring.
-        measure("warmup", False, long_prompt(args.prompt_tokens, 0))
-        measure("warmup", True, long_prompt(args.prompt_tokens, 1),
+        measure("warmup", "plain", long_prompt(args.prompt_tokens, 0))
+        measure("warmup", "constrained", long_prompt(args.prompt_tokens, 1),
                 lambda: {"extra_body": {"structured_outputs": {"regex": f"[a-z]+{next(copies)}"}}})
-        measure("warmup", True, "x", tools_request(tools[-20:], 1))
+        measure("warmup", "constrained", "x", tools_request(tools[-20:], 1))
+        measure("warmup", "free", "x", tools_request(tools[-20:], 1, free=True))
         seed = 1
         for schema in schemas:
             seed += 1
             prompt = long_prompt(args.prompt_tokens, seed)
-            measure("schemas", False, prompt)
-            measure("schemas", True, prompt, schema_request(schema))
+            measure("schemas", "plain", prompt)
+            measure("schemas", "constrained", prompt, schema_request(schema))
         pool = tools[:args.pool]
         for n in args.tool_counts:
             for _ in range(args.repeats):
                 seed += 1
                 prompt = long_prompt(args.prompt_tokens, seed)
-                measure(f"tools-{n}", False, prompt)
-                measure(f"tools-{n}", True, prompt, tools_request(tools, n, new=True))
+                measure(f"tools-{n}", "plain", prompt)
+                measure(f"tools-{n}", "free", prompt, tools_request(tools, n, new=True, free=True))
+                measure(f"tools-{n}", "constrained", prompt, tools_request(tools, n, new=True))
         for start in range(0, len(pool), 100):  # every tool of the pool seen once, in groups
             try:
                 client.chat.completions.create(messages=[{"role": "user", "content": "x"}],
@@ -164,46 +170,63 @@ def run_backend(backend: str, model: str, args, schemas, tools, log) -> list[dic
         for _ in range(args.repeats):
             seed += 1
             prompt = long_prompt(args.short_tokens, seed)
-            measure("tools-combo", False, prompt)
-            measure("tools-combo", True, prompt, tools_request(pool, min(200, len(pool))))
+            measure("tools-combo", "plain", prompt)
+            measure("tools-combo", "constrained", prompt, tools_request(pool, min(200, len(pool))))
     return rows
 
 
 def summarize(rows: list[dict]) -> list[dict]:
-    """Median TTFT and total latency per backend and scenario, overheads over plain, TTFT ratio to xgrammar."""
+    """Median TTFT and total latency per backend and scenario, overheads over plain and over free, TTFT ratio
+    to xgrammar."""
+    for r in rows:  # runs written before the free variant had a constrained flag instead
+        r.setdefault("variant", "constrained" if r.get("constrained") else "plain")
     out = []
     scenarios = [s for s in dict.fromkeys(r["scenario"] for r in rows) if s != "warmup"]
     backends = list(dict.fromkeys(r["backend"] for r in rows))
 
-    def median(b: str, s: str, c: bool, field: str) -> float | None:
-        vals = [r[field] for r in rows if r["backend"] == b and r["scenario"] == s and r["constrained"] == c
+    def median(b: str, s: str, v: str, field: str) -> float | None:
+        vals = [r[field] for r in rows if r["backend"] == b and r["scenario"] == s and r["variant"] == v
                 and field in r]
         return statistics.median(vals) if vals else None
 
+    def pct(x: float | None, base: float | None) -> float | None:
+        return 100 * (x - base) / base if x is not None and base else None
+
     for s in scenarios:
         for b in backends:
-            plain, cons = median(b, s, False, "ttft_ms"), median(b, s, True, "ttft_ms")
+            plain, cons = median(b, s, "plain", "ttft_ms"), median(b, s, "constrained", "ttft_ms")
             if plain is None or cons is None:
                 continue
-            plain_total, total = median(b, s, False, "total_ms"), median(b, s, True, "total_ms")
-            xg = median("xgrammar", s, True, "ttft_ms")
-            out.append({"scenario": s, "backend": b, "plain_ttft_ms": plain, "ttft_ms": cons,
-                        "overhead_pct": 100 * (cons - plain) / plain,
+            free = median(b, s, "free", "ttft_ms")
+            plain_total, total = median(b, s, "plain", "total_ms"), median(b, s, "constrained", "total_ms")
+            free_total = median(b, s, "free", "total_ms")
+            xg = median("xgrammar", s, "constrained", "ttft_ms")
+            out.append({"scenario": s, "backend": b, "plain_ttft_ms": plain, "free_ttft_ms": free, "ttft_ms": cons,
+                        "overhead_pct": pct(cons, plain), "overhead_free_pct": pct(cons, free),
                         "plain_total_ms": plain_total, "total_ms": total,
-                        "total_overhead_pct": 100 * (total - plain_total) / plain_total,
+                        "total_overhead_pct": pct(total, plain_total),
+                        "total_overhead_free_pct": pct(total, free_total),
                         "vs_xgrammar": cons / xg if xg else None})
     return out
 
 
 def print_table(summary: list[dict]) -> None:
-    """The comparison table."""
-    print(f"\n{'scenario':<12} {'backend':<9} {'plain ms':>9} {'TTFT ms':>9} {'overhead':>9} "
-          f"{'total ms':>9} {'overhead':>9} {'TTFT vs xgrammar':>17}")
-    print("-" * 90)
+    """The comparison table (over free: over the same tools sent unconstrained)."""
+    def ms(x: float | None) -> str:
+        return f"{x:.0f}" if x is not None else "-"
+
+    def pc(x: float | None) -> str:
+        return f"{x:+.1f}%" if x is not None else "-"
+
+    print(f"\n{'scenario':<12} {'backend':<9} {'plain ms':>9} {'free ms':>8} {'TTFT ms':>8} {'/plain':>8} {'/free':>8} "
+          f"{'total ms':>9} {'/plain':>8} {'/free':>8} {'TTFT vs xgrammar':>17}")
+    print("-" * 113)
     for r in summary:
         vs = f"{r['vs_xgrammar']:.2f}x" if r["vs_xgrammar"] else "-"
-        print(f"{r['scenario']:<12} {r['backend']:<9} {r['plain_ttft_ms']:>9.0f} {r['ttft_ms']:>9.0f} "
-              f"{r['overhead_pct']:>8.1f}% {r['total_ms']:>9.0f} {r['total_overhead_pct']:>8.1f}% {vs:>17}")
+        print(f"{r['scenario']:<12} {r['backend']:<9} {ms(r['plain_ttft_ms']):>9} {ms(r.get('free_ttft_ms')):>8} "
+              f"{ms(r['ttft_ms']):>8} {pc(r['overhead_pct']):>8} {pc(r.get('overhead_free_pct')):>8} "
+              f"{ms(r['total_ms']):>9} {pc(r['total_overhead_pct']):>8} {pc(r.get('total_overhead_free_pct')):>8} "
+              f"{vs:>17}")
 
 
 def plot(summary: list[dict], path: str) -> None:
@@ -222,7 +245,7 @@ def plot(summary: list[dict], path: str) -> None:
               for s in scenarios]
         left.bar([x + i * width for x in range(len(scenarios))], ys, width, label=b)
     left.set_xticks([x + width * (len(backends) - 1) / 2 for x in range(len(scenarios))], scenarios)
-    left.set_ylabel("TTFT overhead over unconstrained (%)")
+    left.set_ylabel("TTFT overhead over plain (%)")
     left.axhline(0, color="black", linewidth=0.5)
     left.legend()
     left.set_title("Long prompt, constraint new to the server")
