@@ -169,3 +169,48 @@ def test_a_trusted_constraint_is_not_rebuilt_by_validation(monkeypatch):
     compiler.validate(trusted)
     with pytest.raises(ConstraintError, match="built again"):
         compiler.validate(other)
+
+
+def large_tool_tag_text(first: int = 0) -> str:
+    """A 40-tool hermes tag (~45 KB) written with indentation, so its canonical form is not known yet."""
+    from tagjit import bfcl
+    from tagjit.tools import build_tool_tag
+
+    from shared_data import DATA
+
+    tools = bfcl.load_tools(DATA / "bfcl", strict=True)[first:first + 40]
+    return json.dumps(build_tool_tag("hermes", tools, "required", True, Settings()), indent=1)
+
+
+def test_a_large_new_constraint_is_keyed_on_the_pool_not_on_the_callers_thread(service, monkeypatch):
+    import threading
+
+    from tagjit import spec
+
+    keyed_on: list[str] = []
+    original = spec._canonical_json
+
+    def recording(*args):
+        keyed_on.append(threading.current_thread().name)
+        return original(*args)
+
+    recording.cache = original.cache
+    monkeypatch.setattr(spec, "_canonical_json", recording)
+    c = Constraint(Kind.STRUCTURAL_TAG, large_tool_tag_text(100))
+    assert service.cached(c) is None and not keyed_on
+    compiled = service.submit(c).result()
+    assert keyed_on and threading.current_thread().name not in keyed_on
+    assert service.cached(c) is compiled
+
+
+def test_the_same_large_text_submitted_twice_at_once_compiles_once(service):
+    c = Constraint(Kind.STRUCTURAL_TAG, large_tool_tag_text(200))
+    first, second = service.submit(c), service.submit(c)
+    assert first.result() is second.result()
+
+
+def test_a_large_text_formatted_otherwise_finds_the_compiled_constraint(service):
+    text = large_tool_tag_text(300)
+    compiled = service.compile(Constraint(Kind.STRUCTURAL_TAG, text))
+    other = Constraint(Kind.STRUCTURAL_TAG, json.dumps(json.loads(text), indent=3))
+    assert service.submit(other).result() is compiled

@@ -7,7 +7,7 @@ import logging
 import os
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from typing import Sequence
 
 import xgrammar as xgr
@@ -74,28 +74,62 @@ class CompileService:
 
     # -- compiling ---------------------------------------------------------------------------
     def cached(self, constraint: Constraint) -> Compiled | None:
-        """The compiled constraint if it is in memory (no work, no waiting)."""
+        """The compiled constraint if it is in memory (no work, no waiting: a large text never keyed is a miss)."""
+        if not constraint.keyed_cheaply():
+            return None
         return self.memory.get(self.key(constraint))
 
     def submit(self, constraint: Constraint) -> "Future[Compiled]":
-        """Start compiling on the pool (or return the finished/in-flight result)."""
+        """Start compiling on the pool (or return the finished/in-flight result).
+
+        A large constraint never keyed before is keyed on the pool too: its key parses and re-serialises
+        the text (~5 ms for a 200-tool tag), which the engine's scheduling thread must not spend.
+        """
+        if not constraint.keyed_cheaply():
+            out: Future[Compiled] = Future()
+            self._pool.submit(self._key_then_compile, constraint, out)
+            return out
         key = self.key(constraint)
+        with self._lock:
+            fut = self._found(key)
+            new = fut is None
+            if new:
+                fut = self._inflight[key] = self._pool.submit(self._compile, constraint, key)
+        if new:
+            fut.add_done_callback(lambda _f, k=key: self._forget(k))
+        return fut
+
+    def _key_then_compile(self, constraint: Constraint, out: "Future[Compiled]") -> None:
+        try:
+            key = self.key(constraint)
+            with self._lock:
+                found = self._found(key)
+                if found is None:
+                    self._inflight[key] = out
+            if found is not None:
+                found.add_done_callback(lambda f: _settle(out, f))
+                return
+            out.add_done_callback(lambda _f, k=key: self._forget(k))
+            result = self._compile(constraint, key)
+        except BaseException as e:
+            _settle_error(out, e)
+            return
+        _settle_result(out, result)
+
+    def _found(self, key: str) -> "Future[Compiled] | None":
+        """A future for a memory hit or an in-flight compile of key, or None (a miss); call under the lock."""
         hit = self.memory.get(key)
         if hit is not None:
             metrics.CACHE.labels("memory", "hit").inc()
             done: Future[Compiled] = Future()
             done.set_result(hit)
             return done
-        with self._lock:
-            fut = self._inflight.get(key)
-            if fut is not None:
-                metrics.CACHE.labels("inflight", "hit").inc()
-                return fut
-            metrics.CACHE.labels("memory", "miss").inc()
-            fut = self._pool.submit(self._compile, constraint, key)
-            self._inflight[key] = fut
-        fut.add_done_callback(lambda _f, k=key: self._forget(k))
-        return fut
+        fut = self._inflight.get(key)
+        if fut is not None:
+            metrics.CACHE.labels("inflight", "hit").inc()
+            return fut
+        metrics.CACHE.labels("memory", "miss").inc()
+        return None
 
     def _forget(self, key: str) -> None:
         with self._lock:
@@ -235,6 +269,31 @@ class CompileService:
         """Stop the compile pools."""
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._unit_pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _settle(out: Future, source: Future) -> None:
+    """Give out the outcome of source (unless out was cancelled meanwhile)."""
+    error = source.exception()
+    if error is not None:
+        _settle_error(out, error)
+    else:
+        _settle_result(out, source.result())
+
+
+def _settle_result(out: Future, value: object) -> None:
+    if not out.done():
+        try:
+            out.set_result(value)
+        except InvalidStateError:  # cancelled between the check and the set
+            pass
+
+
+def _settle_error(out: Future, error: BaseException) -> None:
+    if not out.done():
+        try:
+            out.set_exception(error)
+        except InvalidStateError:
+            pass
 
 
 def _pool_thread_init(nice: int, cpus: str | None) -> None:

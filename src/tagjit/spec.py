@@ -13,6 +13,7 @@ from .errors import ConstraintError
 from .settings import get_settings
 
 _JSON_KINDS = ("json", "choice", "structural_tag")
+_CHEAP_KEY_CHARS = 8192  # a parse and a dump of this much JSON takes ~0.1 ms
 
 
 class Kind(str, enum.Enum):
@@ -61,6 +62,11 @@ class Constraint:
         if self.kind in _JSON_KINDS:
             return _canonical_json(Kind(self.kind).value, self.source)
         return self.source
+
+    def keyed_cheaply(self) -> bool:
+        """Whether ``key`` costs no parse: a short or non-JSON text, or one whose canonical form is memoised."""
+        return self.kind not in _JSON_KINDS or len(self.source) <= _CHEAP_KEY_CHARS \
+            or (Kind(self.kind).value, self.source) in _canonical_json.cache
 
     def parsed(self) -> Any:
         """The source parsed as JSON (JSON, CHOICE, STRUCTURAL_TAG kinds)."""
