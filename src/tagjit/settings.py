@@ -27,7 +27,7 @@ class Settings:
     """A constraint whose grammar takes longer than this to compile is refused for that request."""
     compile_threads: int = 2
     """Threads in tagjit's compile pool (per tokenizer)."""
-    compile_nice: int = 10
+    compile_nice: int = 19
     """CPU niceness of the compile threads (Linux): a JIT compile overlaps the forward pass and must not
     slow it where both share cores; 0 runs them at the serving threads' priority."""
     compile_cpus: str | None = None
