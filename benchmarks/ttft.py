@@ -247,6 +247,7 @@ def plot(summary: list[dict], path: str) -> None:
     left.set_xticks([x + width * (len(backends) - 1) / 2 for x in range(len(scenarios))], scenarios)
     left.set_ylabel("TTFT overhead over plain (%)")
     left.axhline(0, color="black", linewidth=0.5)
+    left.axhline(5, color="grey", linewidth=0.8, linestyle="--", label="goal (200 tools): 5%")
     left.legend()
     left.set_title("Long prompt, constraint new to the server")
     combo = [r for r in summary if r["scenario"] == "tools-combo"]
