@@ -74,9 +74,12 @@ class LRUCache(Generic[V]):
             self._bytes = 0
 
 
-def bounded_memo(max_bytes: int, size_of: Callable[[tuple, Any], int]) -> Callable[[Callable[..., V]], Callable[..., V]]:
-    """Memoise a function of hashable arguments in a byte-bounded LRU; ``size_of(args, result)`` estimates bytes.
+def bounded_memo(max_bytes: int, size_of: Callable[[tuple, Any], int], keyed_by: int | None = None
+                 ) -> Callable[[Callable[..., V]], Callable[..., V]]:
+    """Memoise a function in a byte-bounded LRU; ``size_of(key, result)`` estimates bytes.
 
+    The key is the arguments, or their first ``keyed_by`` when the rest only carry what those determine
+    (a parsed form of a JSON text the key holds), which need not be hashable and is never kept.
     Unlike ``functools.lru_cache(maxsize=N)`` the bound holds whatever the size of each entry:
     a server that sees a stream of distinct large schemas keeps a flat memory footprint.
     Exceptions are not memoised; results are shared, so callers must not mutate them.
@@ -86,15 +89,16 @@ def bounded_memo(max_bytes: int, size_of: Callable[[tuple, Any], int]) -> Callab
 
         @functools.wraps(fn)
         def memo(*args: Any) -> V:
-            hit = cache.get(args)
+            key = args if keyed_by is None else args[:keyed_by]
+            hit = cache.get(key)
             if hit is not None:
                 return hit[1]
             value = fn(*args)
-            cache.put(args, (args, value))
+            cache.put(key, (key, value))
             return value
 
-        def remember(value: V, *args: Any) -> None:
-            cache.put(args, (args, value))
+        def remember(value: V, *key: Any) -> None:
+            cache.put(key, (key, value))
 
         memo.cache = cache  # type: ignore[attr-defined]
         memo.remember = remember  # type: ignore[attr-defined]  # record a result known without calling fn

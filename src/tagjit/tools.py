@@ -305,16 +305,14 @@ def arguments_content(fmt: ToolFormat, schema: dict | bool | None, max_whitespac
 def call_tags(fmt: ToolFormat, name: str, schema: dict | bool | None, max_whitespace: int | None) -> list[dict]:
     """The tags of one tool (one per call syntax); pure in its arguments, memoised by their JSON text."""
     key = schema_mod.schema_text(schema)  # key order kept: it is generation order
-    return json.loads(_call_tags_json(fmt, name, key, max_whitespace))
+    return json.loads(_call_tags_json(fmt, name, key, max_whitespace, schema))
 
 
-@bounded_memo(get_settings().memo_bytes, lambda args, value: len(args[2]) + len(value))
-def _call_tags_json(fmt: ToolFormat, name: str, schema_json: str, max_whitespace: int | None) -> str:
-    return compact_json(_build_call_tags(fmt, name, schema_json, max_whitespace))
-
-
-def _build_call_tags(fmt: ToolFormat, name: str, schema_json: str, max_whitespace: int | None) -> list[dict]:
-    args = arguments_content(fmt, json.loads(schema_json), max_whitespace, schema_json)
+# Keyed by the schema's text; the schema itself rides along so that a miss need not parse the text again.
+@bounded_memo(get_settings().memo_bytes, lambda key, value: len(key[2]) + len(value), keyed_by=4)
+def _call_tags_json(fmt: ToolFormat, name: str, schema_json: str, max_whitespace: int | None,
+                    schema: dict | bool | None) -> str:
+    args = arguments_content(fmt, schema, max_whitespace, schema_json)
     tags = []
     for c in fmt.call:
         begin = c.begin.replace("{name}", name)
@@ -325,7 +323,7 @@ def _build_call_tags(fmt: ToolFormat, name: str, schema_json: str, max_whitespac
             content = {"type": "sequence", "elements": [
                 {"type": "regex", "pattern": r"\d+"}, *([{"type": "const_string", "value": tail}] if tail else []), args]}
         tags.append({"type": "tag", "begin": begin, "content": content, "end": _end(c.end)})
-    return tags
+    return compact_json(tags)
 
 
 def _end(end: str | tuple[str, ...]) -> str | list[str]:
@@ -461,34 +459,32 @@ def build_tool_tag_json(fmt: ToolFormat | str, tools: Sequence[Mapping[str, Any]
     if not function_tools or not applies(kind, function_tools, parallel_tool_calls, settings.tool_scope):
         return None
 
+    parts: list[str] = []  # per tool, its call tags' JSON text, memoised across requests
     if kind == "none":
         if fmt.layout == "messages":
             body = _messages_layout(fmt, kind, [], True, reasoning)
         else:
             body = _text(list(fmt.text_excludes) + list(fmt.openings))
-        body = _with_reasoning(fmt, body, reasoning, reasoning_started)
-        return compact_json({"type": "structural_tag", "format": body})
-
-    parts: list[str] = []
-    for t in function_tools:
-        schema = t.parameters if constrains_arguments(t, settings.tool_schema_mode) else None
-        try:
-            text = _call_tags_json(fmt, t.name, schema_mod.schema_text(schema), settings.max_whitespace)
-        except ConstraintError as e:  # keep the subclass (UnsupportedFeatureError), name the tool
-            e.args = (f"tool {t.name!r}: {e}",)
-            raise
-        parts.append(text[1:-1])  # the list's items
-    tags = [_CALLS]
-    single = kind == "named" or not parallel_tool_calls
-    if fmt.layout == "messages":
-        body = _messages_layout(fmt, kind, tags, single, reasoning)
-    elif kind == "auto":
-        body = _auto(fmt, tags, single)
     else:
-        body = _forced(fmt, tags, single)
+        for t in function_tools:
+            schema = t.parameters if constrains_arguments(t, settings.tool_schema_mode) else None
+            try:
+                text = _call_tags_json(fmt, t.name, schema_mod.schema_text(schema), settings.max_whitespace, schema)
+            except ConstraintError as e:  # keep the subclass (UnsupportedFeatureError), name the tool
+                e.args = (f"tool {t.name!r}: {e}",)
+                raise
+            parts.append(text[1:-1])  # the list's items
+        tags = [_CALLS]
+        single = kind == "named" or not parallel_tool_calls
+        if fmt.layout == "messages":
+            body = _messages_layout(fmt, kind, tags, single, reasoning)
+        elif kind == "auto":
+            body = _auto(fmt, tags, single)
+        else:
+            body = _forced(fmt, tags, single)
     body = _with_reasoning(fmt, body, reasoning, reasoning_started)
     skeleton = compact_json({"type": "structural_tag", "format": body})
-    return skeleton.replace(_CALLS_JSON, ",".join(parts))
+    return skeleton.replace(_CALLS_JSON, ",".join(parts)) if parts else skeleton
 
 
 __all__ = [
