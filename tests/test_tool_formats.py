@@ -35,8 +35,6 @@ def bfcl_tools() -> list[dict]:
     return bfcl.load_tools(str(DATA / "bfcl"), TOOL_COUNT)
 
 
-
-
 def parse(fmt: ToolFormat, hf_tokenizer, tools: list[dict], choice, text: str, parser_name: str | None = None):
     """Tool calls as vLLM's OpenAI server would return them for this output."""
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest

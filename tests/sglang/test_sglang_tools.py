@@ -163,8 +163,6 @@ def test_the_tag_refuses_a_call_outside_tools_before_sglang_sees_it(api, tools):
 SGLANG_PARSERS = list(dict.fromkeys(p for n in format_names() for p in load_format(n).sglang_tool_parsers))
 
 
-
-
 @pytest.mark.parametrize("parser", SGLANG_PARSERS)
 def test_walked_named_calls_parse_with_sglangs_parser(parser, svc, walker, tools):
     from sglang.srt.entrypoints.openai.protocol import Tool
