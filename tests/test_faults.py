@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 
 import pytest
 import xgrammar as xgr
@@ -10,7 +12,6 @@ import xgrammar as xgr
 from shared_data import TOKENIZERS
 from tagjit import CompileLimitError, CompileService, ConstraintError, Settings, allocate_token_bitmask, load_tokenizer_info
 from tagjit.grammar import allowed_tokens
-from tagjit.schema import MAX_ENUM_VALUES
 from tagjit.spec import Constraint, Kind
 
 GOOD = Constraint.of(Kind.JSON, {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]})
@@ -32,23 +33,36 @@ def test_failed_jit_compile_lets_that_request_only_stop(llama3_info):
     assert serves(svc)
 
 
+@contextlib.contextmanager
+def compile_pool_held(svc: CompileService):
+    """Hold the service's only compile thread, so a compile submitted meanwhile cannot finish (whatever the
+    machine's speed) until the block ends."""
+    gate = threading.Event()
+    svc._pool.submit(gate.wait)
+    try:
+        yield
+    finally:
+        gate.set()
+
+
 def test_compile_over_the_time_limit_is_a_limit_error_for_that_request_alone(llama3_info):
-    svc = CompileService(llama3_info, Settings(compile_timeout_s=0.05))
-    slow = Constraint.of(Kind.JSON, {"enum": [f"slow-value-{i}" for i in range(MAX_ENUM_VALUES)]})
-    with pytest.raises(CompileLimitError, match="did not compile within 0.05 s"):
-        svc.compile(slow)
-    svc.submit(slow).result()  # let the background compile finish before the next request measures time
+    svc = CompileService(llama3_info, Settings(compile_timeout_s=0.05, compile_threads=1))
+    with compile_pool_held(svc), pytest.raises(CompileLimitError, match="did not compile within 0.05 s"):
+        svc.compile(GOOD)
+    svc.submit(GOOD).result()
     assert serves(svc)
 
 
 def test_jit_grammar_past_the_time_limit_only_stops(llama3_info):
-    svc = CompileService(llama3_info, Settings(compile_timeout_s=0.05))
-    slow = Constraint.of(Kind.JSON, {"enum": [f"jit-value-{i}" for i in range(MAX_ENUM_VALUES)]})
-    g = svc.jit_grammar(slow, stop_token_ids=[EOT])
-    bm = allocate_token_bitmask(1, llama3_info.vocab_size)
-    g.fill_bitmask(bm, 0)
+    svc = CompileService(llama3_info, Settings(compile_timeout_s=0.05, compile_threads=1))
+    with compile_pool_held(svc):
+        g = svc.jit_grammar(GOOD, stop_token_ids=[EOT])
+        bm = allocate_token_bitmask(1, llama3_info.vocab_size)
+        g.fill_bitmask(bm, 0)
     assert allowed_tokens(bm, 0, llama3_info.vocab_size) == [EOT]
     assert g.accept_token(EOT) and g.is_terminated()
+    svc.submit(GOOD).result()
+    assert serves(svc)
 
 
 def test_disk_cache_entry_for_another_tokenizer_is_rebuilt(llama3_info, qwen2_info, tmp_path):
