@@ -117,3 +117,75 @@ def test_other_backends_keep_vllms_own_tag(tokenizer, monkeypatch):
     hook.install()
     request, _ = adjusted(tokenizer, "hermes", tool_choice="required")
     assert tag_of(request) != build_tool_tag("hermes", TOOLS, "required", True, get_settings())
+
+
+def adjusted_at_level(tokenizer, level: str | None, tools: list, **fields):
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.parser.parser_manager import ParserManager
+
+    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "time?"}], tools=tools, **fields)
+    kwargs = {} if level is None else {"tool_strict_level": level}
+    cls = ParserManager.get_parser(tool_parser_name="hermes", enable_auto_tools=True, tokenizer=tokenizer, **kwargs)
+    return cls(tokenizer, request.tools).adjust_request(request)
+
+
+def with_strict(strict: bool) -> list:
+    return [{"type": t["type"], "function": {**t["function"], "strict": strict}} for t in TOOLS]
+
+
+def test_tool_strict_level_function_constrains_the_call_syntax_of_auto_requests(tagjit_backend, tokenizer):
+    request = adjusted_at_level(tokenizer, "function", TOOLS, tool_choice="auto")
+    expected = build_tool_tag("hermes", TOOLS, "auto", True, get_settings().replace(
+        tool_scope="always", tool_schema_mode="auto"))
+    assert tag_of(request) == expected
+    assert '"city"' not in json.dumps(expected)  # arguments of tools that are not strict stay free
+
+
+def test_tool_strict_level_parameter_pins_the_arguments_of_non_strict_tools(tagjit_backend, tokenizer):
+    tools = with_strict(False)
+    request = adjusted_at_level(tokenizer, "parameter", tools, tool_choice="required")
+    tag = tag_of(request)
+    assert tag == build_tool_tag("hermes", tools, "required", True, get_settings().replace(
+        tool_scope="always", tool_schema_mode="strict"))
+    assert '"city"' in json.dumps(tag)
+
+
+def test_an_unset_tool_strict_level_keeps_tagjits_default(tagjit_backend, tokenizer):
+    request = adjusted_at_level(tokenizer, None, TOOLS, tool_choice="required")
+    tag = tag_of(request)
+    assert tag == build_tool_tag("hermes", TOOLS, "required", True, get_settings())
+    assert '"city"' in json.dumps(tag)  # tagjit's default: arguments constrained unless a tool says strict: false
+
+
+@pytest.mark.parametrize("level, scope, mode", [
+    ("function", "always", "auto"), ("parameter", "always", "strict")])
+def test_each_tool_strict_level_maps_to_tagjits_scope_and_schema_mode(level, scope, mode):
+    from vllm.tool_parsers.tool_strict_level import ToolStrictLevel
+
+    from tagjit_vllm.tools import strict_level_settings
+
+    settings = strict_level_settings(Settings(), ToolStrictLevel.from_name(level))
+    assert (settings.tool_scope, settings.tool_schema_mode) == (scope, mode)
+
+
+def test_tool_strict_level_auto_means_vllms_auto_where_vllm_can_tell_it_from_unset():
+    from vllm.parser.abstract_parser import DelegatingParser
+    from vllm.tool_parsers.tool_strict_level import ToolStrictLevel
+
+    from tagjit_vllm.tools import strict_level_settings
+
+    settings = strict_level_settings(Settings(), ToolStrictLevel.AUTO)
+    if DelegatingParser.tool_strict_level is None:  # 0.33: unset is None, so auto was asked for
+        assert (settings.tool_scope, settings.tool_schema_mode) == ("auto", "auto")
+    else:  # 0.32: auto is the flag's default
+        assert settings == Settings()
+
+
+def test_disable_any_whitespace_reaches_the_tool_tag(tagjit_backend, tokenizer, monkeypatch):
+    import tagjit_vllm.patches as patches
+
+    monkeypatch.setitem(patches._state, "compact", True)
+    request, _ = adjusted(tokenizer, "hermes", tool_choice="required")
+    compact = build_tool_tag("hermes", TOOLS, "required", True, get_settings().replace(max_whitespace=0))
+    assert tag_of(request) == compact
+    assert compact != build_tool_tag("hermes", TOOLS, "required", True, get_settings())

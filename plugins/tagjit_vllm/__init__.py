@@ -1,6 +1,6 @@
 """vLLM general plugin: makes ``--structured-outputs-config.backend tagjit`` a real backend.
 
-vLLM 0.32 has no registry of structured-output backends, so this plugin patches three places,
+vLLM 0.32 and 0.33 have no registry of structured-output backends, so this plugin patches three places,
 idempotently, in every process vLLM starts (``vllm.general_plugins`` runs in the CLI, each API
 server, the engine core and the workers):
 
@@ -20,7 +20,7 @@ import os
 log = logging.getLogger("tagjit")
 
 NAME = "tagjit"
-SUPPORTED = ((0, 32),)  # vLLM minor versions whose internals these patches were written against
+SUPPORTED = ((0, 32), (0, 33))  # vLLM minor versions whose internals these patches were written against
 _installed = False
 
 
@@ -35,7 +35,7 @@ def _version_ok() -> bool:
     except (ValueError, IndexError):
         major_minor = (0, 0)
     if major_minor not in SUPPORTED:
-        log.warning("tagjit: vLLM %s is outside the supported range (0.32.x); tagjit stays off",
+        log.warning("tagjit: vLLM %s is outside the supported range (0.32.x, 0.33.x); tagjit stays off",
                     getattr(vllm, "__version__", "?"))
         return False
     return True

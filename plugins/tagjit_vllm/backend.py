@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 from vllm.v1.structured_output.backend_types import (
@@ -56,6 +57,7 @@ class TagjitGrammar(StructuredOutputGrammar):
     prompt_tokens: int = 0
     policy: JitPolicy | None = None
     _first_fill: bool = field(default=True, repr=False)
+    _provisional: bool = field(default=False, repr=False)
 
     def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
         """Advance by tokens; False if the grammar rejects one."""
@@ -65,8 +67,19 @@ class TagjitGrammar(StructuredOutputGrammar):
         return False
 
     def validate_tokens(self, tokens: list[int]) -> list[int]:
-        """The accepted prefix of tokens, without advancing."""
+        """The accepted prefix of tokens, without advancing (none while ``provisional`` and still compiling)."""
+        if self._provisional and not self.grammar.ready():
+            return []
         return self.grammar.validate_tokens(tokens)
+
+    @contextlib.contextmanager
+    def provisional(self) -> Iterator[None]:
+        """Within this block, ``validate_tokens`` rejects every token instead of waiting for a compile."""
+        self._provisional = True
+        try:
+            yield
+        finally:
+            self._provisional = False
 
     def rollback(self, num_tokens: int) -> None:
         """Undo the last num_tokens tokens."""

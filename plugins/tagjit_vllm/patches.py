@@ -1,4 +1,9 @@
-"""The three vLLM 0.32 patch points (config, frontend validation, engine-core grammar init)."""
+"""The vLLM patch points (config, frontend validation, engine-core grammar init), for 0.32 and 0.33.
+
+0.33 adds two engine-core details that these patches follow: ``StructuredOutputManager.backend_name``
+latches the engine's one backend (a request resolved to another gets vLLM's own per-request error), and
+``_masked_reasoning_ends`` probes the grammar while a request is still reasoning.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +16,22 @@ log = logging.getLogger("tagjit")
 NAME = "tagjit"
 
 
-_state = {"active": False}  # set when this process builds a config that selects tagjit
+# Set when this process builds a config that selects tagjit, with that config's whitespace choice.
+_state = {"active": False, "compact": False}
 
 
 def active() -> bool:
     """Whether this process's vLLM config selected tagjit as its structured-output backend."""
     return _state["active"]
+
+
+def server_settings() -> Any:
+    """tagjit's settings as this server's vLLM config refines them: ``disable_any_whitespace`` means compact
+    JSON in every grammar the API server builds or checks, as it does in the engine core."""
+    import tagjit
+
+    settings = tagjit.get_settings()
+    return settings.replace(max_whitespace=0) if _state["compact"] else settings
 
 
 def install() -> None:
@@ -25,6 +40,8 @@ def install() -> None:
     patch_validation()
     patch_structural_tag_validation()
     patch_grammar_init()
+    patch_manager_latch()
+    patch_masked_reasoning_ends()
     patch_scheduler_requests()
 
 
@@ -52,6 +69,7 @@ def patch_config() -> None:
         def validate(self: Any, _original: Any = original) -> Any:
             if self.backend == NAME:
                 _state["active"] = True
+                _state["compact"] = bool(self.disable_any_whitespace)
             if self.backend == NAME and self.disable_any_whitespace:
                 self.disable_any_whitespace = False
                 try:
@@ -105,7 +123,7 @@ def validate_request(params: Any, model_config: Any, tokenizer: Any) -> None:
     try:
         apply_request_options(params)
         constraint = request_constraint(so)
-        validate(constraint)
+        validate(constraint, server_settings())
     except tagjit.ConstraintError as e:
         raise VLLMValidationError(str(e)) from None
 
@@ -180,7 +198,7 @@ def patch_structural_tag_validation() -> None:
         try:
             if isinstance(payload, str) and not payload.strip():
                 raise tagjit.ConstraintError("empty structural tag")
-            validate(Constraint.of(Kind.STRUCTURAL_TAG, payload))
+            validate(Constraint.of(Kind.STRUCTURAL_TAG, payload), server_settings())
         except tagjit.ConstraintError as e:
             raise VLLMValidationError(f"Invalid {parameter} structural_tag specification: {e}",
                                       parameter=parameter) from None
@@ -233,6 +251,8 @@ def patch_grammar_init() -> None:
         if self.backend is None:
             self.backend = TagjitBackend(self.vllm_config, tokenizer=self.tokenizer,
                                          vocab_size=self.vllm_config.model_config.get_vocab_size())
+        if hasattr(self, "backend_name"):  # vLLM 0.33: the engine's one backend
+            self.backend_name = NAME
         live = getattr(self, LIVE_ATTR, None)
         try:
             struct.grammar = self.backend.start(request, others_live=len(live) if live is not None else None)
@@ -244,3 +264,58 @@ def patch_grammar_init() -> None:
 
     grammar_init._tagjit = True  # type: ignore[attr-defined]
     StructuredOutputManager.grammar_init = grammar_init
+
+
+def patch_manager_latch() -> None:
+    """vLLM 0.33: an engine configured for tagjit latches ``backend_name`` to tagjit from the start, so a
+    request that resolved to another backend gets vLLM's own "one backend per engine" error."""
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    original = StructuredOutputManager.__init__
+    if getattr(original, "_tagjit", False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self: Any, vllm_config: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, vllm_config, *args, **kwargs)
+        so_config = getattr(vllm_config, "structured_outputs_config", None)
+        if hasattr(self, "backend_name") and getattr(so_config, "backend", None) == NAME:
+            self.backend_name = NAME
+
+    __init__._tagjit = True  # type: ignore[attr-defined]
+    StructuredOutputManager.__init__ = __init__  # type: ignore[method-assign]
+
+
+def patch_masked_reasoning_ends() -> None:
+    """vLLM 0.33 asks a reasoning request's grammar, inside the scheduler's bitmask step, which implicit
+    reasoning-end tokens it cannot start with, and caches the answer. A tagjit grammar still compiling (JIT)
+    must not stall that step: until it is compiled, every implicit end token is masked (so none that the
+    grammar may reject gets through) and nothing is cached; the first step after the compile asks again
+    and caches the exact answer."""
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    original = getattr(StructuredOutputManager, "_masked_reasoning_ends", None)
+    if original is None or getattr(original, "_tagjit", False):
+        return  # vLLM 0.32 has no such probe
+
+    @functools.wraps(original)
+    def _masked_reasoning_ends(self: Any, request: Any) -> tuple[int, ...]:
+        from tagjit import metrics
+
+        from .backend import TagjitGrammar
+
+        struct = request.structured_output_request
+        grammar = getattr(struct, "grammar", None)
+        if struct is None or struct.masked_reasoning_end_ids is not None or not isinstance(grammar, TagjitGrammar):
+            return original(self, request)
+        if grammar.grammar.ready():
+            metrics.REASONING_PROBES.labels("exact").inc()
+            return original(self, request)
+        with grammar.provisional():
+            masked = original(self, request)
+        struct.masked_reasoning_end_ids = None  # ask again once the grammar is compiled
+        metrics.REASONING_PROBES.labels("provisional").inc()
+        return masked
+
+    _masked_reasoning_ends._tagjit = True  # type: ignore[attr-defined]
+    StructuredOutputManager._masked_reasoning_ends = _masked_reasoning_ends  # type: ignore[method-assign]

@@ -1,4 +1,4 @@
-"""Tool calls in the served model's native syntax, constrained per request by tagjit (vLLM 0.32).
+"""Tool calls in the served model's native syntax, constrained per request by tagjit (vLLM 0.32 and 0.33).
 
 Where vLLM builds the tool-call constraint
     Every chat (and Responses) request with tools passes through the composed parser's
@@ -24,6 +24,8 @@ The hook (two wraps, idempotent)
        request unconstrained when the policy says so) instead of vLLM's tag; anything else goes to
        vLLM's original method. Bad tool input (a named tool missing from ``tools``, ``required``
        without tools, an unsupported schema feature) raises ``VLLMValidationError``: HTTP 400.
+    ``--tool-strict-level`` (the composed parser's ``tool_strict_level``) maps onto tagjit's tool scope and
+    argument-schema mode (``strict_level_settings``); unset keeps tagjit's own settings.
     Reasoning is gated by the engine (tagjit's grammar starts after the reasoning end token), so
     the tag is built without the think prefix. A request that also carries its own
     ``response_format`` keeps vLLM's handling under ``tool_choice`` auto or none.
@@ -101,7 +103,8 @@ def _patch_apply_structural_tag() -> None:
         fmt_name = getattr(type(self), _FORMAT_ATTR, None)
         if fmt_name is None or self._tool_parser is None or not request.tools or not active():
             return original(self, request)
-        return apply_tool_tag(_variant(fmt_name, self._tool_parser), request, lambda: original(self, request))
+        return apply_tool_tag(_variant(fmt_name, self._tool_parser), request, lambda: original(self, request),
+                              getattr(self, "tool_strict_level", None))
 
     _apply_structural_tag._tagjit = True  # type: ignore[attr-defined]
     DelegatingParser._apply_structural_tag = _apply_structural_tag  # type: ignore[method-assign]
@@ -118,7 +121,33 @@ def _variant(fmt_name: str, tool_parser: Any) -> str:
     return variant_for_vocab(load_format(fmt_name), vocab).name
 
 
-def apply_tool_tag(fmt_name: str, request: Any, fallback: Any) -> Any:
+def strict_level_settings(settings: Any, level: Any) -> Any:
+    """tagjit settings for vLLM's ``--tool-strict-level``, in the meaning vLLM gives each level.
+
+    ``auto``: under ``tool_choice=auto`` constrain only when a tool is strict or calls are single, and pin only
+    the arguments of ``strict: true`` tools; ``function``: constrain every tool request's call syntax, arguments
+    as under ``auto``; ``parameter``: also pin every tool's arguments. Unset (vLLM 0.33's default, and 0.32's
+    default ``auto``, which 0.32 cannot tell from unset) keeps tagjit's own ``tool_scope``/``tool_schema_mode``.
+    """
+    if level is None:
+        return settings
+    name = str(getattr(level, "name", level)).lower()
+    if name == "auto" and _auto_is_default():
+        return settings
+    if name not in ("auto", "function", "parameter"):
+        raise ValueError(f"unknown tool strict level {level!r}")
+    return settings.replace(tool_scope="auto" if name == "auto" else "always",
+                            tool_schema_mode="strict" if name == "parameter" else "auto")
+
+
+def _auto_is_default() -> bool:
+    """vLLM 0.32 defaults ``--tool-strict-level`` to ``auto``; 0.33 leaves it unset (None)."""
+    from vllm.parser.abstract_parser import DelegatingParser
+
+    return DelegatingParser.tool_strict_level is not None
+
+
+def apply_tool_tag(fmt_name: str, request: Any, fallback: Any, strict_level: Any = None) -> Any:
     """Put tagjit's tool-call tag for ``request`` into its structured outputs (400 on bad tools)."""
     from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
     from vllm.exceptions import VLLMValidationError
@@ -128,7 +157,7 @@ def apply_tool_tag(fmt_name: str, request: Any, fallback: Any) -> Any:
         _dump_tool_for_xgrammar,
     )
 
-    from tagjit import ConstraintError, get_settings
+    from tagjit import ConstraintError
     from tagjit.compiler import trust
     from tagjit.spec import Constraint, Kind
     from tagjit.tools import build_tool_tag_json, load_format
@@ -139,16 +168,19 @@ def apply_tool_tag(fmt_name: str, request: Any, fallback: Any) -> Any:
     user_format = request.extract_structured_outputs() is not None
     if user_format and (choice in (None, "auto", "none")):
         return fallback()
+    from .patches import server_settings
+
+    settings = strict_level_settings(server_settings(), strict_level)
     tools = [_tool_dict(t, _dump_tool_for_xgrammar) for t in request.tools]
     try:
         text = build_tool_tag_json(load_format(fmt_name), tools, choice, request.parallel_tool_calls is not False,
-                                   get_settings())
+                                   settings)
     except ConstraintError as e:
         raise VLLMValidationError(str(e), parameter="tools") from None
     if text is None:
         return request
     # Every schema in it was just checked; building the whole tag again to validate it costs ~60 ms at 200 tools.
-    trust(Constraint.of_canonical(Kind.STRUCTURAL_TAG, text))
+    trust(Constraint.of_canonical(Kind.STRUCTURAL_TAG, text), server_settings())
     request.structured_outputs = StructuredOutputsParams(structural_tag=text)
     if isinstance(request, ResponsesRequest):
         request.text = None

@@ -26,6 +26,10 @@ COMPILE_MS = Histogram("tagjit_compile_milliseconds", "Grammar compile time (cac
 CACHE = Counter("tagjit_cache_lookups", "Grammar cache lookups by layer and result", ["layer", "result"],
                 registry=REGISTRY)
 JIT_DECISIONS = Counter("tagjit_jit_decisions", "JIT policy decisions", ["decision"], registry=REGISTRY)
+REASONING_PROBES = Counter("tagjit_jit_reasoning_probes",
+                           "Reasoning-end probes of a reasoning request's grammar (vLLM 0.33): exact, or provisional "
+                           "while the grammar still compiles (every implicit end token masked, asked again later)",
+                           ["answer"], registry=REGISTRY)
 JIT_WAIT_MS = Histogram("tagjit_jit_wait_milliseconds", "Time the first token mask waited for its grammar",
                         buckets=_MS_BUCKETS, registry=REGISTRY)
 MASK_FILL_US = Histogram("tagjit_mask_fill_microseconds", "Token mask fill time per row", buckets=_US_BUCKETS,
