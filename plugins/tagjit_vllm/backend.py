@@ -7,7 +7,7 @@ import logging
 import os
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -102,6 +102,36 @@ class TagjitGrammar(StructuredOutputGrammar):
         self.grammar.reset()
 
 
+class LimitedFuture(Future):
+    """A grammar future that fails with ``CompileLimitError`` once polled past its time limit.
+
+    vLLM's scheduler polls ``done()`` of a waiting request's grammar on every step, so the limit is checked
+    there: no timer thread per waiting request.
+    """
+
+    def __init__(self, limit_s: float) -> None:
+        super().__init__()
+        self.limit_s = limit_s
+        self._deadline = time.monotonic() + limit_s
+
+    def done(self) -> bool:
+        """Whether the grammar (or its error) is there; past the limit, the limit error is."""
+        if not super().done() and time.monotonic() >= self._deadline:
+            self.settle(error=tagjit.CompileLimitError(
+                f"grammar did not compile within {self.limit_s:g} s (TAGJIT_COMPILE_TIMEOUT_S)"))
+        return super().done()
+
+    def settle(self, result: Any = None, error: BaseException | None = None) -> None:
+        """Set the result or error unless one is set already (the limit and the compile may race)."""
+        try:
+            if error is not None:
+                self.set_exception(error)
+            else:
+                self.set_result(result)
+        except InvalidStateError:
+            pass
+
+
 @dataclass
 class TagjitBackend(StructuredOutputBackend):
     """Engine-level backend: one compile service per tokenizer, JIT decisions per request."""
@@ -153,37 +183,17 @@ class TagjitBackend(StructuredOutputBackend):
                                others_live=others_live):
             return TagjitGrammar(self.service.jit_grammar(c, stop_token_ids=stops),
                                  prompt_tokens=prompt_tokens, policy=self.policy)
-        out: Future[StructuredOutputGrammar] = Future()
+        out = LimitedFuture(self.settings.compile_timeout_s)
 
         def done(f: Future) -> None:
-            try:
-                compiled = f.result()
-            except BaseException as e:
-                if not out.done():
-                    out.set_exception(e)
-                return
-            if not out.done():
-                try:
-                    out.set_result(TagjitGrammar(tagjit.Grammar(compiled, stop_token_ids=stops,
-                                                                vocab_size=self.service.vocab_size)))
-                except Exception:  # the time limit expired first
-                    pass
+            error = f.exception()
+            if error is not None:
+                out.settle(error=error)
+            else:
+                out.settle(TagjitGrammar(tagjit.Grammar(f.result(), stop_token_ids=stops,
+                                                        vocab_size=self.service.vocab_size)))
 
         self.service.submit(c).add_done_callback(done)
-        limit = self.settings.compile_timeout_s
-
-        def expire() -> None:
-            if not out.done():
-                try:
-                    out.set_exception(tagjit.CompileLimitError(
-                        f"grammar did not compile within {limit:g} s (TAGJIT_COMPILE_TIMEOUT_S)"))
-                except Exception:  # finished in the meantime
-                    pass
-
-        timer = threading.Timer(limit, expire)
-        timer.daemon = True
-        timer.start()
-        out.add_done_callback(lambda _f: timer.cancel())
         return out
 
     def allocate_token_bitmask(self, max_num_seqs: int) -> torch.Tensor:
