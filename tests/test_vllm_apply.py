@@ -19,14 +19,16 @@ from vllm.v1.structured_output import utils as v1_utils  # noqa: E402
 from vllm.v1.worker.gpu import structured_outputs as mrv2  # noqa: E402
 from vllm.v1.worker.gpu_input_batch import CachedRequestState, InputBatch  # noqa: E402
 
-from tagjit_vllm import apply  # noqa: E402
+from tagjit_vllm import apply, patches  # noqa: E402
 
 VOCAB = 1000
 WORDS = (VOCAB + 31) // 32
 
 
 @pytest.fixture(autouse=True)
-def installed():
+def installed(monkeypatch):
+    """The hooks installed in a process whose vLLM config selected tagjit."""
+    monkeypatch.setitem(patches._state, "active", True)
     apply.install()
     apply.FALLBACKS.clear()
 
@@ -107,6 +109,18 @@ def test_v1_runner_falls_back_to_xgrammar_when_tagjit_raises(monkeypatch):
     got = run_v1(logits, {"b": [5, 6]}, ["d", "b"], v1_utils.xgr)
     assert torch.equal(got, expected)
     assert apply.FALLBACKS["v1"] == 1
+
+
+def test_v1_runner_on_a_server_with_another_backend_is_vllms_own(monkeypatch):
+    def tagjits(*args, **kwargs):
+        raise AssertionError("tagjit's kernel ran on a server that did not select tagjit")
+
+    monkeypatch.setitem(patches._state, "active", False)
+    monkeypatch.setattr(apply, "tagjit_apply", tagjits)
+    logits = torch.randn(6, VOCAB)
+    expected = run_v1(logits, {"b": [5, 6]}, ["d", "b"], xgrammar)
+    assert torch.equal(run_v1(logits, {"b": [5, 6]}, ["d", "b"], v1_utils.xgr), expected)
+    assert not apply.FALLBACKS
 
 
 def test_v1_view_hands_an_explicit_vocab_size_to_xgrammar():
@@ -205,6 +219,21 @@ def test_mrv2_leaves_a_bitmask_narrower_than_the_logits_to_vllms_kernel(vllm_mrv
     launch_mrv2(vllm_mrv2_kernel, expected, bitmask, ["x", "y"], ["x", "y"], [0, 1, 2], None, 1)
     launch_mrv2(mrv2._apply_grammar_bitmask_kernel, got, bitmask, ["x", "y"], ["x", "y"], [0, 1, 2], None, 1)
     assert torch.equal(got, expected) and apply.FALLBACKS["mrv2"] == 1
+
+
+def test_mrv2_on_a_server_with_another_backend_is_vllms_own(vllm_mrv2_kernel, monkeypatch):
+    def tagjits(*args, **kwargs):
+        raise AssertionError("tagjit's kernel ran on a server that did not select tagjit")
+
+    monkeypatch.setitem(patches._state, "active", False)
+    monkeypatch.setattr(apply, "tagjit_apply_rows", tagjits)
+    monkeypatch.setattr(mrv2._apply_grammar_bitmask_kernel, "original", vllm_mrv2_kernel)
+    bitmask = torch.from_numpy(random_bitmask(2, seed=5))
+    logits = torch.randn(2, VOCAB)
+    expected, got = logits.clone(), logits.clone()
+    launch_mrv2(vllm_mrv2_kernel, expected, bitmask, ["x", "y"], ["x", "y"], [0, 1, 2], None, 1)
+    launch_mrv2(mrv2._apply_grammar_bitmask_kernel, got, bitmask, ["x", "y"], ["x", "y"], [0, 1, 2], None, 1)
+    assert torch.equal(got, expected) and not apply.FALLBACKS
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -69,3 +69,56 @@ def test_tagjit_vllm_apply_switch_decides_who_applies_bitmasks(switch, patched):
     """)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == [str(patched)]
+
+
+def test_a_patch_that_fails_leaves_vllm_as_it_was():
+    r = run("""
+        import logging
+        logging.basicConfig(level=logging.INFO)
+        from tagjit_vllm import patches
+
+        def broken():
+            raise RuntimeError("injected: this vLLM moved the scheduler")
+
+        patches.patch_scheduler_requests = broken  # the last backend patch fails after the others applied
+        import tagjit_vllm
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.structured_output import StructuredOutputManager
+        before = (SamplingParams._validate_structured_outputs, StructuredOutputManager.grammar_init,
+                  StructuredOutputManager.__init__)
+        tagjit_vllm.register()
+        from vllm.config.structured_outputs import StructuredOutputsConfig
+        try:
+            StructuredOutputsConfig(backend="tagjit")
+            print("accepted")
+        except Exception:
+            print("rejected")
+        after = (SamplingParams._validate_structured_outputs, StructuredOutputManager.grammar_init,
+                 StructuredOutputManager.__init__)
+        print(all(a is b for a, b in zip(before, after)))
+        print(StructuredOutputsConfig(backend="xgrammar").backend)
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["rejected", "True", "xgrammar"]
+    assert r.stderr.count("could not install into vLLM") == 1
+
+
+@pytest.mark.parametrize("backend, selected", [("tagjit", "True"), ("xgrammar", "False")])
+def test_processes_a_server_starts_know_whether_it_selected_tagjit(backend, selected):
+    # vLLM hands its config to the API servers, engine cores and workers it starts without validating it
+    # again: the selection reaches them through the environment they inherit.
+    r = run(f"""
+        import subprocess, sys
+        import tagjit_vllm
+        tagjit_vllm.register()
+        from vllm.config.structured_outputs import StructuredOutputsConfig
+        StructuredOutputsConfig(backend="{backend}", disable_any_whitespace=True)
+        child = subprocess.run([sys.executable, "-c",
+                                "from tagjit_vllm import patches; print(patches.active(), "
+                                "patches.server_settings().max_whitespace == 0)"],
+                               capture_output=True, text=True, check=True)
+        print(child.stdout.strip())
+    """)
+    assert r.returncode == 0, r.stderr
+    compact = selected
+    assert r.stdout.split() == [selected, compact]

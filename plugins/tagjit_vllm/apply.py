@@ -10,9 +10,11 @@ Two patch points, both module attributes looked up at call time, so nothing else
   ``_apply_grammar_bitmask_kernel[grid](...)``. That global becomes a launcher that resolves the
   (request, position) mapping to logits rows on the device and calls tagjit's Triton kernel.
 
-Calls tagjit does not cover (an explicit ``vocab_size`` or ``backend``, a bitmask narrower than
-the logits for MRV2, an unknown launch option) and any exception go to the original, and the
-first fallback of each kind is logged. Masking is idempotent, so a retry after a partial write is
+Both do nothing unless tagjit is the server's structured-outputs backend (``patches.active()``): a
+server on another backend with tagjit merely installed applies bitmasks as vLLM does. Calls tagjit
+does not cover (an explicit ``vocab_size`` or ``backend``, a bitmask narrower than the logits for
+MRV2, an unknown launch option) and any exception go to the original, and the first fallback of
+each kind is logged. Masking is idempotent, so a retry after a partial write is
 still exact.
 """
 
@@ -29,6 +31,9 @@ import torch
 from tagjit.bitmask import apply_token_bitmask_inplace as tagjit_apply
 from tagjit.bitmask import apply_token_bitmask_rows_inplace as tagjit_apply_rows
 
+from . import patches
+from .patches import replace_attr
+
 log = logging.getLogger("tagjit")
 
 # How often each patch point fell back to vLLM's own path ("v1", "mrv2"), for metrics and tests.
@@ -36,12 +41,20 @@ FALLBACKS: Counter[str] = Counter()
 
 
 def install() -> None:
-    """Make vLLM's V1 runner and Model Runner V2 apply bitmasks with tagjit (idempotent)."""
-    _patch_v1_runner()
-    try:
-        _patch_model_runner_v2()
-    except ImportError as exc:  # a vLLM build without Model Runner V2
-        log.debug("tagjit: Model Runner V2 bitmask path not patched: %s", exc)
+    """Make vLLM's V1 runner and Model Runner V2 apply bitmasks with tagjit, both or neither (idempotent)."""
+    from .patches import transaction
+
+    with transaction():
+        _patch_v1_runner()
+        try:
+            _patch_model_runner_v2()
+        except ImportError as exc:  # a vLLM build without Model Runner V2
+            log.debug("tagjit: Model Runner V2 bitmask path not patched: %s", exc)
+
+
+def selected() -> bool:
+    """Whether tagjit is this server's backend: a server on another backend keeps vLLM's own application."""
+    return patches._state["active"]
 
 
 def _fell_back(site: str, reason: object) -> None:
@@ -64,15 +77,17 @@ class _Xgrammar(types.ModuleType):
     def apply_token_bitmask_inplace(self, logits: torch.Tensor, bitmask: torch.Tensor, *,
                                     vocab_size: int | None = None, indices: Any = None,
                                     backend: str = "auto") -> None:
-        """tagjit's kernel for xgrammar's default call; xgrammar's for anything else or on error."""
-        if vocab_size is None and backend == "auto":
-            try:
-                tagjit_apply(logits, bitmask, indices)
-                return
-            except Exception as exc:
-                _fell_back("v1", exc)
-        else:
-            _fell_back("v1", f"vocab_size={vocab_size}, backend={backend}")
+        """tagjit's kernel for xgrammar's default call; xgrammar's for anything else, on error, or when tagjit is
+        not the server's backend."""
+        if selected():
+            if vocab_size is None and backend == "auto":
+                try:
+                    tagjit_apply(logits, bitmask, indices)
+                    return
+                except Exception as exc:
+                    _fell_back("v1", exc)
+            else:
+                _fell_back("v1", f"vocab_size={vocab_size}, backend={backend}")
         self.tagjit_original.apply_token_bitmask_inplace(
             logits, bitmask, vocab_size=vocab_size, indices=indices, backend=backend)
 
@@ -81,7 +96,7 @@ def _patch_v1_runner() -> None:
     from vllm.v1.structured_output import utils
 
     if not isinstance(utils.xgr, _Xgrammar):
-        utils.xgr = _Xgrammar(utils.xgr)
+        replace_attr(utils, "xgr", _Xgrammar(utils.xgr))
 
 
 class _ModelRunnerV2Kernel:
@@ -91,6 +106,9 @@ class _ModelRunnerV2Kernel:
         self.original = original
 
     def __getitem__(self, grid: Any) -> Callable[..., None]:
+        if not selected():
+            return self.original[grid]
+
         def launch(*args: Any, **kwargs: Any) -> None:
             try:
                 self._apply(grid, *args, **kwargs)
@@ -128,4 +146,4 @@ def _patch_model_runner_v2() -> None:
 
     kernel = structured_outputs._apply_grammar_bitmask_kernel
     if not isinstance(kernel, _ModelRunnerV2Kernel):
-        structured_outputs._apply_grammar_bitmask_kernel = _ModelRunnerV2Kernel(kernel)
+        replace_attr(structured_outputs, "_apply_grammar_bitmask_kernel", _ModelRunnerV2Kernel(kernel))

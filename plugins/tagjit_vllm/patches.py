@@ -7,22 +7,35 @@ latches the engine's one backend (a request resolved to another gets vLLM's own 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import os
 import typing
-from typing import Any
+from typing import Any, Callable, Iterator
 
 log = logging.getLogger("tagjit")
 NAME = "tagjit"
 
 
-# Set when this process builds a config that selects tagjit, with that config's whitespace choice.
-_state = {"active": False, "compact": False}
+# Set when this process builds a config that selects tagjit, with that config's whitespace choice. vLLM hands
+# its config to the processes it starts (API servers, engine cores, workers) without validating it again, so
+# the choice also travels in the environment those processes inherit.
+ACTIVE_ENV = "TAGJIT_VLLM_SELECTED"
+COMPACT_ENV = "TAGJIT_VLLM_COMPACT"
+_state = {"active": os.environ.get(ACTIVE_ENV) == "1", "compact": os.environ.get(COMPACT_ENV) == "1"}
 
 
 def active() -> bool:
     """Whether this process's vLLM config selected tagjit as its structured-output backend."""
     return _state["active"]
+
+
+def select(compact: bool) -> None:
+    """Record that this process's vLLM config selected tagjit, for it and the processes it starts."""
+    _state["active"], _state["compact"] = True, compact
+    os.environ[ACTIVE_ENV] = "1"
+    os.environ[COMPACT_ENV] = "1" if compact else "0"
 
 
 def server_settings() -> Any:
@@ -34,15 +47,51 @@ def server_settings() -> Any:
     return settings.replace(max_whitespace=0) if _state["compact"] else settings
 
 
+_undo: list[Callable[[], None]] | None = None  # the open transaction's undo steps, newest last
+
+
+@contextlib.contextmanager
+def transaction() -> Iterator[None]:
+    """Patches made inside stay only if the block completes; on an exception every one is undone."""
+    global _undo
+    outer, _undo = _undo, []
+    try:
+        yield
+    except BaseException:
+        for undo in reversed(_undo):
+            try:
+                undo()
+            except Exception:  # keep undoing the rest
+                log.exception("tagjit: could not undo a patch")
+        raise
+    finally:
+        _undo = outer
+
+
+def replace_attr(owner: Any, name: str, value: Any) -> None:
+    """``setattr(owner, name, value)``, undone if the enclosing transaction fails."""
+    missing = object()
+    old = owner.__dict__.get(name, missing) if isinstance(owner, type) else getattr(owner, name, missing)
+    setattr(owner, name, value)
+    on_undo(lambda: delattr(owner, name) if old is missing else setattr(owner, name, old))
+
+
+def on_undo(step: Callable[[], None]) -> None:
+    """Register a step that undoes a change if the enclosing transaction fails."""
+    if _undo is not None:
+        _undo.append(step)
+
+
 def install() -> None:
-    """Apply every patch (each one is idempotent)."""
-    patch_config()
-    patch_validation()
-    patch_structural_tag_validation()
-    patch_grammar_init()
-    patch_manager_latch()
-    patch_masked_reasoning_ends()
-    patch_scheduler_requests()
+    """Apply every backend patch, all or none (each one is idempotent)."""
+    with transaction():
+        patch_config()
+        patch_validation()
+        patch_structural_tag_validation()
+        patch_grammar_init()
+        patch_manager_latch()
+        patch_masked_reasoning_ends()
+        patch_scheduler_requests()
 
 
 def patch_config() -> None:
@@ -55,8 +104,19 @@ def patch_config() -> None:
     if NAME in choices:
         return
     new_type = typing.Literal[(*choices, NAME)]  # type: ignore[valid-type]
+    old_type, old_annotation = field.type, cls.__annotations__["backend"]
     field.type = new_type
     cls.__annotations__["backend"] = new_type
+    old_funcs = {name: dec.func for name, dec in cls.__pydantic_decorators__.model_validators.items()}
+
+    def undo() -> None:
+        field.type = old_type
+        cls.__annotations__["backend"] = old_annotation
+        for name, dec in cls.__pydantic_decorators__.model_validators.items():
+            dec.func = old_funcs.get(name, dec.func)
+        rebuild_dataclass(cls, force=True)
+
+    on_undo(undo)
 
     # Its validator allows disable_any_whitespace only for xgrammar/guidance; tagjit honours it too.
     decorators = cls.__pydantic_decorators__.model_validators
@@ -68,8 +128,7 @@ def patch_config() -> None:
         @functools.wraps(original)
         def validate(self: Any, _original: Any = original) -> Any:
             if self.backend == NAME:
-                _state["active"] = True
-                _state["compact"] = bool(self.disable_any_whitespace)
+                select(compact=bool(self.disable_any_whitespace))
             if self.backend == NAME and self.disable_any_whitespace:
                 self.disable_any_whitespace = False
                 try:
@@ -99,7 +158,7 @@ def patch_validation() -> None:
         validate_request(self, model_config, tokenizer)
 
     _validate_structured_outputs._tagjit = True  # type: ignore[attr-defined]
-    SamplingParams._validate_structured_outputs = _validate_structured_outputs
+    replace_attr(SamplingParams, "_validate_structured_outputs", _validate_structured_outputs)
 
 
 def validate_request(params: Any, model_config: Any, tokenizer: Any) -> None:
@@ -204,7 +263,7 @@ def patch_structural_tag_validation() -> None:
                                       parameter=parameter) from None
 
     validate_structural_tag_payload._tagjit = True  # type: ignore[attr-defined]
-    protocol.validate_structural_tag_payload = validate_structural_tag_payload
+    replace_attr(protocol, "validate_structural_tag_payload", validate_structural_tag_payload)
 
 
 LIVE_ATTR = "_tagjit_live_requests"
@@ -227,7 +286,7 @@ def patch_scheduler_requests() -> None:
             setattr(manager, LIVE_ATTR, self.requests)  # the scheduler's own dict: always current
 
     __init__._tagjit = True  # type: ignore[attr-defined]
-    Scheduler.__init__ = __init__  # type: ignore[method-assign]
+    replace_attr(Scheduler, "__init__", __init__)
 
 
 def patch_grammar_init() -> None:
@@ -263,7 +322,7 @@ def patch_grammar_init() -> None:
             struct.grammar = failed
 
     grammar_init._tagjit = True  # type: ignore[attr-defined]
-    StructuredOutputManager.grammar_init = grammar_init
+    replace_attr(StructuredOutputManager, "grammar_init", grammar_init)
 
 
 def patch_manager_latch() -> None:
@@ -283,7 +342,7 @@ def patch_manager_latch() -> None:
             self.backend_name = NAME
 
     __init__._tagjit = True  # type: ignore[attr-defined]
-    StructuredOutputManager.__init__ = __init__  # type: ignore[method-assign]
+    replace_attr(StructuredOutputManager, "__init__", __init__)
 
 
 def patch_masked_reasoning_ends() -> None:
@@ -318,4 +377,4 @@ def patch_masked_reasoning_ends() -> None:
         return masked
 
     _masked_reasoning_ends._tagjit = True  # type: ignore[attr-defined]
-    StructuredOutputManager._masked_reasoning_ends = _masked_reasoning_ends  # type: ignore[method-assign]
+    replace_attr(StructuredOutputManager, "_masked_reasoning_ends", _masked_reasoning_ends)

@@ -54,9 +54,12 @@ def active() -> bool:
 
 
 def install() -> None:
-    """Wrap vLLM's parser composition and its tool structural-tag step (idempotent)."""
-    _patch_get_parser()
-    _patch_apply_structural_tag()
+    """Wrap vLLM's parser composition and its tool structural-tag step, both or neither (idempotent)."""
+    from .patches import transaction
+
+    with transaction():
+        _patch_get_parser()
+        _patch_apply_structural_tag()
 
 
 def _patch_get_parser() -> None:
@@ -73,8 +76,10 @@ def _patch_get_parser() -> None:
             mark_parser(parser_cls, tool_parser_name)
         return parser_cls
 
+    from .patches import replace_attr
+
     get_parser._tagjit = True  # type: ignore[attr-defined]
-    ParserManager.get_parser = classmethod(get_parser)  # type: ignore[method-assign]
+    replace_attr(ParserManager, "get_parser", classmethod(get_parser))
 
 
 def mark_parser(parser_cls: Any, tool_parser_name: str) -> str | None:
@@ -106,8 +111,10 @@ def _patch_apply_structural_tag() -> None:
         return apply_tool_tag(_variant(fmt_name, self._tool_parser), request, lambda: original(self, request),
                               getattr(self, "tool_strict_level", None))
 
+    from .patches import replace_attr
+
     _apply_structural_tag._tagjit = True  # type: ignore[attr-defined]
-    DelegatingParser._apply_structural_tag = _apply_structural_tag  # type: ignore[method-assign]
+    replace_attr(DelegatingParser, "_apply_structural_tag", _apply_structural_tag)
 
 
 def _variant(fmt_name: str, tool_parser: Any) -> str:
