@@ -56,7 +56,7 @@ OFFLINE = textwrap.dedent('''
 
 
 @pytest.mark.parametrize("backend", ["tagjit", "xgrammar"])
-def test_offline_llm_serves_json_schema_with_backend(tmp_path, backend):
+def test_offline_llm_serves_json_schema_with_backend_and_its_bitmask_application(tmp_path, backend):
     script = tmp_path / "offline.py"
     script.write_text(OFFLINE)
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
@@ -65,3 +65,5 @@ def test_offline_llm_serves_json_schema_with_backend(tmp_path, backend):
     lines = [line for line in r.stdout.splitlines() if line.startswith("OUTPUT=")]
     assert r.returncode == 0 and lines, r.stderr[-3000:]
     jsonschema.validate(json.loads(json.loads(lines[0][len("OUTPUT="):])), SCHEMA)
+    # tagjit's bitmask kernel runs only where tagjit is the backend, with tagjit merely installed it stays out
+    assert ("token bitmasks applied by tagjit's kernel" in r.stdout + r.stderr) == (backend == "tagjit")

@@ -67,6 +67,13 @@ def _metrics_dir() -> str:
     return directory
 
 
+def _route_logs() -> None:
+    """tagjit's log lines go where vLLM's go, at vLLM's level and in its format: the "tagjit" logger becomes a
+    child of the "vllm" logger, whose handlers vLLM configures (possibly after plugins load)."""
+    if log.parent is logging.root:
+        log.parent = logging.getLogger("vllm")
+
+
 def register() -> None:
     """Entry point of ``vllm.general_plugins``: install tagjit into this vLLM process."""
     global _installed
@@ -75,6 +82,7 @@ def register() -> None:
     _installed = True
     if not _version_ok():
         return
+    _route_logs()
     _metrics_dir()
     try:
         from . import patches

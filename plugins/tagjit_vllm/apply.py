@@ -57,6 +57,17 @@ def selected() -> bool:
     return patches._state["active"]
 
 
+_APPLIED: set[str] = set()
+
+
+def _applied(site: str) -> None:
+    """Log once per process and site that tagjit's kernel applies the bitmasks."""
+    if site not in _APPLIED:
+        _APPLIED.add(site)
+        log.info("tagjit: token bitmasks applied by tagjit's kernel (%s, %s)", site,
+                 "cuda" if torch.cuda.is_available() else "cpu")
+
+
 def _fell_back(site: str, reason: object) -> None:
     if not FALLBACKS[site]:
         log.warning("tagjit: %s bitmask application fell back to vLLM's own (%s); further "
@@ -83,6 +94,7 @@ class _Xgrammar(types.ModuleType):
             if vocab_size is None and backend == "auto":
                 try:
                     tagjit_apply(logits, bitmask, indices)
+                    _applied("v1")
                     return
                 except Exception as exc:
                     _fell_back("v1", exc)
@@ -112,6 +124,7 @@ class _ModelRunnerV2Kernel:
         def launch(*args: Any, **kwargs: Any) -> None:
             try:
                 self._apply(grid, *args, **kwargs)
+                _applied("mrv2")
                 return
             except Exception as exc:
                 _fell_back("mrv2", exc)
