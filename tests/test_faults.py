@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
 
 import pytest
 import xgrammar as xgr
 
+from pools import compile_pool_held
 from shared_data import TOKENIZERS
 from tagjit import CompileLimitError, CompileService, ConstraintError, Settings, allocate_token_bitmask, load_tokenizer_info
 from tagjit.grammar import allowed_tokens
@@ -31,18 +30,6 @@ def test_failed_jit_compile_lets_that_request_only_stop(llama3_info):
     assert allowed_tokens(bm, 0, llama3_info.vocab_size) == [EOT]
     assert isinstance(bad.error, ConstraintError) and "regex" in str(bad.error)
     assert serves(svc)
-
-
-@contextlib.contextmanager
-def compile_pool_held(svc: CompileService):
-    """Hold the service's only compile thread, so a compile submitted meanwhile cannot finish (whatever the
-    machine's speed) until the block ends."""
-    gate = threading.Event()
-    svc._pool.submit(gate.wait)
-    try:
-        yield
-    finally:
-        gate.set()
 
 
 def test_compile_over_the_time_limit_is_a_limit_error_for_that_request_alone(llama3_info):

@@ -6,7 +6,8 @@ import pytest
 import torch
 import xgrammar as xgr
 
-from tagjit import CompileLimitError, Grammar, allocate_token_bitmask
+from pools import compile_pool_held
+from tagjit import CompileLimitError, CompileService, Grammar, Settings, allocate_token_bitmask
 from tagjit.grammar import allowed_tokens
 from tagjit.spec import Constraint, Kind
 from tagjit.tokenizer import token_bytes
@@ -117,13 +118,17 @@ def test_mask_allows_only_valid_next_tokens(grammar, llama3_info):
                          for t in texts)
 
 
-def test_jit_grammar_waits_for_the_compile_at_its_first_mask(service, llama3_info):
+def test_jit_grammar_is_returned_before_its_compile_and_waits_for_it_at_its_first_mask(llama3_info):
+    svc = CompileService(llama3_info, Settings(compile_threads=1))
     c = Constraint.of(Kind.JSON, {"type": "object", "properties": {"jit": {"type": "integer"}}, "required": ["jit"]})
-    g = service.jit_grammar(c)
+    with compile_pool_held(svc):
+        g = svc.jit_grammar(c)
+        assert not g.ready()
     mask = allocate_token_bitmask(1, llama3_info.vocab_size)
     g.fill_bitmask(mask, 0)
     assert g.ready()
     assert g.accept_tokens(encode(llama3_info, '{"jit": 1}'))
+    svc.close()
 
 
 def test_failed_jit_compile_allows_only_stop_tokens(llama3_info):

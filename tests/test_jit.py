@@ -2,7 +2,8 @@
 
 import torch
 
-from tagjit import Settings, allocate_token_bitmask
+from pools import compile_pool_held
+from tagjit import CompileService, Settings, allocate_token_bitmask
 from tagjit.jit import JitPolicy
 from tagjit.metrics import JIT_DECISIONS
 from tagjit.spec import Constraint, Kind
@@ -75,11 +76,15 @@ def test_every_decision_is_counted():
 
 def test_jit_mask_equals_the_mask_of_a_synchronously_compiled_grammar(service, llama3_info):
     c = Constraint.of(Kind.JSON, {"type": "object", "properties": {"jit2": {"enum": ["a", "b"]}}})
-    jit = service.jit_grammar(c)
+    jit_service = CompileService(llama3_info, Settings(compile_threads=1))
+    with compile_pool_held(jit_service):
+        jit = jit_service.jit_grammar(c)
+        assert not jit.ready()  # the mask below comes from a grammar that was still compiling when handed out
     ours, ref = allocate_token_bitmask(1, llama3_info.vocab_size), allocate_token_bitmask(1, llama3_info.vocab_size)
     jit.fill_bitmask(ours, 0)
     service.grammar(c).fill_bitmask(ref, 0)
     assert torch.equal(ours, ref)
+    jit_service.close()
 
 
 def test_compile_threads_run_at_the_configured_niceness(llama3_info):
