@@ -8,6 +8,8 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+# The servers the tests start compile without a limit the machine's load could reach (the limit has its own tests).
+os.environ.setdefault("TAGJIT_COMPILE_TIMEOUT_S", "3600")
 
 from server import closer_bias, vllm_server  # noqa: E402
 

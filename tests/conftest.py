@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from pools import UNHURRIED, UNHURRIED_ENV
 from shared_data import TOKENIZERS
-from tagjit import CompileService, Settings, load_tokenizer_info
+from tagjit import CompileService, load_tokenizer_info
 from walk import Walker
+
+# Processes the tests start (SGLang's harness, CLI runs) compile without a limit the machine's load could reach.
+for _name, _value in UNHURRIED_ENV.items():
+    os.environ.setdefault(_name, _value)
 
 
 @pytest.fixture(scope="session")
@@ -24,13 +31,13 @@ def qwen2_info():
 @pytest.fixture(scope="session")
 def service(llama3_info) -> CompileService:
     """A compile service with default settings over the Llama-3 vocabulary."""
-    return CompileService(llama3_info, Settings())
+    return CompileService(llama3_info, UNHURRIED)
 
 
 @pytest.fixture(scope="module")
 def svc(qwen2_info) -> CompileService:
     """A compile service with default settings over the Qwen2 vocabulary (one per test module)."""
-    return CompileService(qwen2_info, Settings())
+    return CompileService(qwen2_info, UNHURRIED)
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,8 @@
-"""Holding a compile service's pool, so a compile submitted meanwhile cannot finish whatever the machine's speed."""
+"""Compile services in tests: none depends on the machine's speed.
+
+``UNHURRIED`` is the default settings with a compile limit no test reaches (a shared, loaded machine can take
+many seconds for a large tag); the limit's own tests hold the compile pool instead (``compile_pool_held``).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,10 @@ import contextlib
 import threading
 from typing import Iterator
 
-from tagjit import CompileService
+from tagjit import CompileService, Settings
+
+UNHURRIED = Settings(compile_timeout_s=3600.0)
+UNHURRIED_ENV = {"TAGJIT_COMPILE_TIMEOUT_S": "3600"}  # the same for the processes tests start
 
 
 @contextlib.contextmanager

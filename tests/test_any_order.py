@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
+from pools import UNHURRIED
 from tagjit import any_order
 from tagjit.compiler import CompileService
 from tagjit.errors import UnsupportedFeatureError
@@ -34,7 +35,7 @@ def accepts(service: CompileService, schema: dict | bool, text: str) -> bool:
 
 @pytest.fixture(scope="module")
 def qwen_service(qwen2_info) -> CompileService:
-    return CompileService(qwen2_info, Settings())
+    return CompileService(qwen2_info, UNHURRIED)
 
 
 # -- what the keyword means ----------------------------------------------------------------------

@@ -3,6 +3,7 @@
 import json
 import os
 
+from pools import UNHURRIED
 from tagjit import CompileService, Settings
 from tagjit.cache import LRUCache, bounded_memo
 from tagjit.spec import Constraint, Kind
@@ -31,8 +32,8 @@ def test_bounded_memo_holds_its_byte_bound_for_a_stream_of_distinct_inputs():
 
     for i in range(1_000):
         echo(f"{i:04d}" * 100)  # 800 estimated bytes each
-    assert echo.cache.bytes <= 10_000
-    assert len(echo.cache) == 12
+    assert echo.cache().bytes <= 10_000
+    assert len(echo.cache()) == 12
 
 
 def test_bounded_memo_returns_the_memoised_result():
@@ -88,7 +89,7 @@ def test_disk_cache_entry_from_another_version_is_ignored(llama3_info, tmp_path)
 
 
 def test_concurrent_requests_for_one_constraint_compile_once(llama3_info):
-    svc = CompileService(llama3_info, Settings())
+    svc = CompileService(llama3_info, UNHURRIED)
     c = Constraint.of(Kind.JSON, {"type": "object", "properties": {"once": {"type": "integer"}}})
     futures = [svc.submit(c) for _ in range(8)]
     results = {id(f.result()) for f in futures}

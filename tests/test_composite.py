@@ -13,6 +13,7 @@ import pytest
 import torch
 import xgrammar as xgr
 
+from pools import UNHURRIED
 from tagjit import CompileService, Settings, bfcl
 from tagjit.grammar import Grammar, allocate_token_bitmask, allowed_tokens
 from tagjit.composite import plan
@@ -35,7 +36,7 @@ def info(request, qwen2_info, llama3_info):
 
 @pytest.fixture(scope="module")
 def svc(info):
-    service = CompileService(info, Settings())
+    service = CompileService(info, UNHURRIED)
     yield service
     service.close()
 
@@ -308,7 +309,7 @@ def test_stop_token_is_allowed_only_where_the_calls_may_end(svc, info):
 # -- reuse across combinations -------------------------------------------------------------------
 
 def test_a_new_combination_of_known_tools_reuses_every_compiled_part(info):
-    svc = CompileService(info, Settings())
+    svc = CompileService(info, UNHURRIED)
     try:
         svc.compile(tool_tag("hermes", TOOLS[:12]))
         compiled_units, hits = len(svc.units), svc.units.hits
@@ -325,7 +326,7 @@ def test_property_order_is_part_of_a_units_key(info):
     props = tool["function"]["parameters"]["properties"]
     reordered = {"type": "function", "function": {**tool["function"], "parameters": {
         **tool["function"]["parameters"], "properties": dict(reversed(list(props.items())))}}}
-    svc = CompileService(info, Settings())
+    svc = CompileService(info, UNHURRIED)
     try:
         svc.compile(tool_tag("hermes", [tool]))
         svc.compile(tool_tag("hermes", [reordered]))
@@ -335,7 +336,7 @@ def test_property_order_is_part_of_a_units_key(info):
 
 
 def test_half_new_tools_compile_only_the_new_parts(info):
-    svc = CompileService(info, Settings())
+    svc = CompileService(info, UNHURRIED)
     try:
         svc.compile(tool_tag("hermes", TOOLS[:10]))
         before = len(svc.units)

@@ -7,7 +7,7 @@ import os
 import pytest
 import xgrammar as xgr
 
-from pools import compile_pool_held
+from pools import UNHURRIED, compile_pool_held
 from shared_data import TOKENIZERS
 from tagjit import CompileLimitError, CompileService, ConstraintError, Settings, allocate_token_bitmask, load_tokenizer_info
 from tagjit.grammar import allowed_tokens
@@ -23,7 +23,7 @@ def serves(svc: CompileService) -> bool:
 
 
 def test_failed_jit_compile_lets_that_request_only_stop(llama3_info):
-    svc = CompileService(llama3_info, Settings())
+    svc = CompileService(llama3_info, UNHURRIED)
     bad = svc.jit_grammar(Constraint.of(Kind.REGEX, "([a-z]"), stop_token_ids=[EOT])
     bm = allocate_token_bitmask(1, llama3_info.vocab_size)
     bad.fill_bitmask(bm, 0)
@@ -82,7 +82,7 @@ def test_disk_cache_file_that_is_not_json_is_rebuilt(llama3_info, tmp_path):
 
 
 def test_structural_tag_naming_a_token_the_vocabulary_lacks_is_a_clear_error(llama3_info):
-    svc = CompileService(llama3_info, Settings())
+    svc = CompileService(llama3_info, UNHURRIED)
     tag = {"type": "structural_tag", "format": {"type": "sequence", "elements": [
         {"type": "token", "token": "<tool_call>"}, {"type": "json_schema", "json_schema": {"type": "object"}}]}}
     with pytest.raises(ConstraintError, match="'token' names vocabulary tokens"):
@@ -93,7 +93,7 @@ def test_structural_tag_naming_a_token_the_vocabulary_lacks_is_a_clear_error(lla
 def test_tokenizer_without_the_trigger_token_still_compiles_the_string_level_tag():
     """qwen2's base vocabulary has no <tool_call> token: string triggers work over several tokens."""
     info = load_tokenizer_info(str(TOKENIZERS / "qwen2"))
-    svc = CompileService(info, Settings())
+    svc = CompileService(info, UNHURRIED)
     tag = {"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": ["<tool_call>"], "tags": [
         {"type": "tag", "begin": "<tool_call>", "content": {"type": "json_schema", "json_schema": {"type": "object"}},
          "end": "</tool_call>"}]}}

@@ -16,8 +16,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pools import UNHURRIED
 from shared_data import TOKENIZERS, maskbench
-from tagjit import CompileService, Grammar, Settings, allocate_token_bitmask, load_tokenizer_info
+from tagjit import CompileService, Grammar, allocate_token_bitmask, load_tokenizer_info
 from tagjit.spec import Constraint, Kind
 from walk import Walker
 
@@ -56,7 +57,7 @@ class Recorder:
 def setup(case: str) -> tuple:
     """(info, compiled, a valid token path) for a case, built once."""
     info = load_tokenizer_info(str(TOKENIZERS / "llama3" / "tokenizer.model"))
-    compiled = CompileService(info, Settings()).compile(Constraint.of(Kind.JSON, CASES[case]))
+    compiled = CompileService(info, UNHURRIED).compile(Constraint.of(Kind.JSON, CASES[case]))
     rec = Recorder(Grammar(compiled, vocab_size=info.vocab_size))
     Walker(info).walk(rec)
     return info, compiled, tuple(rec.tokens)

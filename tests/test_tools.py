@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from pools import UNHURRIED
 from tagjit import CompileService, Constraint, ConstraintError, Settings, UnsupportedFeatureError
 from tagjit import bfcl, tools
 from tagjit.tools import build_tool_tag, load_format
@@ -29,7 +30,7 @@ def call(name: str, args: dict) -> str:
 
 @pytest.fixture(scope="module")
 def svc(qwen2_info) -> CompileService:
-    return CompileService(qwen2_info, Settings())
+    return CompileService(qwen2_info, UNHURRIED)
 
 
 def accepts(svc: CompileService, tag: dict, text: str) -> bool:

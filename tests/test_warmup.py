@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from tagjit import CompileService, ConstraintError, Settings
+from pools import UNHURRIED
+from tagjit import CompileService, ConstraintError
 from tagjit.spec import Constraint, Kind
 from tagjit.warmup import load_warmup
 
@@ -16,7 +17,7 @@ TOOL = {"type": "function", "function": {"name": "ping", "parameters": {
 def test_warmup_file_compiles_schemas_and_tool_tags(llama3_info, tmp_path):
     path = tmp_path / "warm.json"
     path.write_text(json.dumps({"schemas": [SCHEMA], "tools": [{"format": "hermes", "tools": [TOOL]}]}))
-    svc = CompileService(llama3_info, Settings())
+    svc = CompileService(llama3_info, UNHURRIED)
     constraints = load_warmup(str(path))
     assert svc.warmup(constraints) == 2
     assert svc.cached(Constraint.of(Kind.JSON, SCHEMA)) is not None
@@ -32,7 +33,7 @@ def test_a_list_is_a_list_of_schemas(tmp_path):
 def test_bad_entries_are_skipped_not_fatal(llama3_info, tmp_path):
     path = tmp_path / "warm.json"
     path.write_text(json.dumps([{"type": "objec"}, SCHEMA]))
-    svc = CompileService(llama3_info, Settings())
+    svc = CompileService(llama3_info, UNHURRIED)
     assert svc.warmup(load_warmup(str(path))) == 1
 
 

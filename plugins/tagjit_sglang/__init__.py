@@ -17,6 +17,9 @@ NAME = "tagjit"
 
 def register() -> None:
     """Add tagjit to SGLang's ``--grammar-backend`` choices and its grammar-backend registry."""
+    from tagjit import get_settings
+
+    get_settings()  # a bad TAGJIT_* value stops the server here, naming the variable
     from sglang.srt.constrained.base_grammar_backend import register_grammar_backend
     from sglang.srt.server_args import GRAMMAR_BACKEND_CHOICES, add_grammar_backend_choices
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 from contextvars import ContextVar
 from typing import Any, Callable, NamedTuple
 
@@ -67,7 +66,9 @@ class ToolTag(dict):
 
 def enabled() -> bool:
     """Whether the replacement is on (``TAGJIT_SGLANG_TOOLS=0`` turns it off)."""
-    return os.environ.get("TAGJIT_SGLANG_TOOLS", "1").lower() not in ("0", "false", "no", "off")
+    from tagjit import get_settings
+
+    return get_settings().sglang_tools
 
 
 def install() -> None:

@@ -56,7 +56,9 @@ def _metrics_dir() -> str:
 
         directory = os.environ[METRICS_DIR_ENV] = tempfile.mkdtemp(prefix="tagjit-metrics-")
         atexit.register(shutil.rmtree, directory, True)
-    try:  # serve engine-core metrics on this process's /metrics (single API server: the default registry)
+    # Serve engine-core metrics on this process's /metrics (single API server: the default registry). With several
+    # API servers vLLM serves PROMETHEUS_MULTIPROC_DIR's files instead and this collector is idle (tagjit.metrics).
+    try:
         from prometheus_client import REGISTRY
 
         from tagjit.metrics import MergedCollector
@@ -82,6 +84,9 @@ def register() -> None:
     _installed = True
     if not _version_ok():
         return
+    from tagjit import get_settings
+
+    settings = get_settings()  # a bad TAGJIT_* value stops vLLM here, naming the variable
     _route_logs()
     _metrics_dir()
     try:
@@ -91,9 +96,10 @@ def register() -> None:
     except Exception:  # never take vLLM down: the other backends keep working
         log.exception("tagjit: could not install into vLLM; tagjit stays off")
         return
-    for hooks in ("apply", "tools"):
-        if os.environ.get(f"TAGJIT_VLLM_{hooks.upper()}", "1").lower() in ("0", "false", "no", "off"):
-            continue  # TAGJIT_VLLM_APPLY=0 keeps vLLM's own bitmask application, TAGJIT_VLLM_TOOLS=0 its tool tags
+    # TAGJIT_VLLM_APPLY=0 keeps vLLM's own bitmask application, TAGJIT_VLLM_TOOLS=0 its tool tags.
+    for hooks, wanted in (("apply", settings.vllm_apply), ("tools", settings.vllm_tools)):
+        if not wanted:
+            continue
         try:
             importlib.import_module(f"{__name__}.{hooks}").install()
         except Exception:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from typing import Any
 
 log = logging.getLogger("tagjit")
@@ -44,7 +43,9 @@ _FORMAT_ATTR = "_tagjit_format"
 
 def active() -> bool:
     """Whether tagjit is this process's structured-outputs backend (``TAGJIT_VLLM_TOOLS=0`` turns the hook off)."""
-    if os.environ.get("TAGJIT_VLLM_TOOLS", "1").lower() in ("0", "false", "no", "off"):
+    from tagjit import get_settings
+
+    if not get_settings().vllm_tools:
         return False
     try:
         from . import patches

@@ -74,10 +74,11 @@ class LRUCache(Generic[V]):
             self._bytes = 0
 
 
-def bounded_memo(max_bytes: int, size_of: Callable[[tuple, Any], int], keyed_by: int | None = None
-                 ) -> Callable[[Callable[..., V]], Callable[..., V]]:
+def bounded_memo(max_bytes: int | Callable[[], int], size_of: Callable[[tuple, Any], int],
+                 keyed_by: int | None = None) -> Callable[[Callable[..., V]], Callable[..., V]]:
     """Memoise a function in a byte-bounded LRU; ``size_of(key, result)`` estimates bytes.
 
+    ``max_bytes`` may be a function, read at the first call (settings are not read at import time).
     The key is the arguments, or their first ``keyed_by`` when the rest only carry what those determine
     (a parsed form of a JSON text the key holds), which need not be hashable and is never kept.
     Unlike ``functools.lru_cache(maxsize=N)`` the bound holds whatever the size of each entry:
@@ -85,22 +86,31 @@ def bounded_memo(max_bytes: int, size_of: Callable[[tuple, Any], int], keyed_by:
     Exceptions are not memoised; results are shared, so callers must not mutate them.
     """
     def wrap(fn: Callable[..., V]) -> Callable[..., V]:
-        cache: LRUCache[tuple[tuple, V]] = LRUCache(max_bytes, lambda item: size_of(*item))
+        caches: list[LRUCache[tuple[tuple, V]]] = []
+        lock = threading.Lock()
+
+        def cache() -> LRUCache[tuple[tuple, V]]:
+            if not caches:
+                with lock:
+                    if not caches:
+                        bound = max_bytes() if callable(max_bytes) else max_bytes
+                        caches.append(LRUCache(bound, lambda item: size_of(*item)))
+            return caches[0]
 
         @functools.wraps(fn)
         def memo(*args: Any) -> V:
             key = args if keyed_by is None else args[:keyed_by]
-            hit = cache.get(key)
+            hit = cache().get(key)
             if hit is not None:
                 return hit[1]
             value = fn(*args)
-            cache.put(key, (key, value))
+            cache().put(key, (key, value))
             return value
 
         def remember(value: V, *key: Any) -> None:
-            cache.put(key, (key, value))
+            cache().put(key, (key, value))
 
-        memo.cache = cache  # type: ignore[attr-defined]
+        memo.cache = cache  # type: ignore[attr-defined]  # the LRU (made at first use)
         memo.remember = remember  # type: ignore[attr-defined]  # record a result known without calling fn
         return memo
     return wrap

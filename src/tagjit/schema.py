@@ -89,7 +89,7 @@ def prepare_schema(schema: dict | bool) -> dict | bool:
 
 # A parsed, normalised schema takes 3-6 times its JSON text in Python objects (measured on BFCL and
 # JSONSchemaBench); 8 keeps the estimate on the safe side.
-@bounded_memo(get_settings().memo_bytes, lambda args, _value: 8 * len(args[0]))
+@bounded_memo(lambda: get_settings().memo_bytes, lambda args, _value: 8 * len(args[0]))
 def prepared(text: str) -> Any:
     """``prepare_schema`` of a schema given as JSON text, once per distinct text (key order kept).
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
 
 ToolScope = Literal["auto", "always"]
 SchemaMode = Literal["default", "auto", "strict"]
@@ -53,43 +53,111 @@ class Settings:
     """Tool argument schemas: default (all unless strict: false), auto (only strict: true), strict (all)."""
     lint: bool = True
     """Warn (and count) when a schema puts decision fields before reasoning fields or looks sorted."""
+    vllm_tools: bool = True
+    """vLLM: tagjit builds the tool-call tag of requests with tools; off leaves vLLM's own."""
+    vllm_apply: bool = True
+    """vLLM: tagjit's kernel applies the token bitmasks; off leaves vLLM's own."""
+    sglang_tools: bool = True
+    """SGLang: tagjit builds the tool-call tag of requests with tools; off leaves SGLang's own."""
 
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            _check(f.name, f.type, getattr(self, f.name))
 
     def replace(self, **changes: Any) -> "Settings":
         """Return a copy with some fields changed."""
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> "Settings":
-        """Build settings from ``TAGJIT_CONFIG`` (a JSON file) and ``TAGJIT_<FIELD>`` variables."""
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":
+        """Build settings from ``TAGJIT_CONFIG`` (a JSON file) and ``TAGJIT_<FIELD>`` variables; a bad value is a
+        ``ValueError`` naming the variable and what it accepts."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         path = env.get("TAGJIT_CONFIG")
         if path:
             with open(path, encoding="utf-8") as f:
                 values.update(json.load(f))
+            unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
+            if unknown:
+                raise ValueError(f"TAGJIT_CONFIG={path}: unknown tagjit settings {sorted(unknown)}; "
+                                 f"known: {', '.join(f.name for f in dataclasses.fields(cls))}")
         for f in dataclasses.fields(cls):
-            raw = env.get(f"TAGJIT_{f.name.upper()}")
-            if raw is not None and f.name != "extra":
-                values[f.name] = _parse(f.type, raw)
-        unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown tagjit settings: {sorted(unknown)}")
+            name = env_name(f.name)
+            raw = env.get(name)
+            if raw is not None:
+                values[f.name] = _parse(name, f.type, raw)
+        for f in dataclasses.fields(cls):
+            if f.name in values:
+                _check(env_name(f.name), f.type, values[f.name])
         return cls(**values)
 
 
-def _parse(type_name: Any, raw: str) -> Any:
+def env_name(field_name: str) -> str:
+    """The environment variable of a setting: ``max_whitespace`` -> ``TAGJIT_MAX_WHITESPACE``."""
+    return f"TAGJIT_{field_name.upper()}"
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+_NON_NEGATIVE = {"max_whitespace", "compile_timeout_s", "compile_threads", "compile_nice", "xgrammar_threads",
+                 "cache_bytes", "memo_bytes", "stall_budget_ms"}
+
+
+def _parse(name: str, type_name: Any, raw: str) -> Any:
+    """The typed value of an environment variable's text (a ``ValueError`` names the variable)."""
     text = str(type_name)
-    if raw.lower() in ("none", "null", "") and "None" in text:
+    value = raw.strip()
+    if value.lower() in ("none", "null", "") and "None" in text:
         return None
-    if text.startswith("bool"):
-        return raw.lower() in ("1", "true", "yes", "on")
-    if text.startswith("int"):
-        return int(raw)
-    if text.startswith("float"):
-        return float(raw)
-    return raw
+    try:
+        if text.startswith("bool"):
+            if value.lower() in _TRUE:
+                return True
+            if value.lower() in _FALSE:
+                return False
+            raise ValueError
+        if text.startswith("int"):
+            return int(value)
+        if text.startswith("float"):
+            return float(value)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r}: expected {_expected(type_name)}") from None
+    return value
+
+
+def _check(name: str, type_name: Any, value: Any) -> None:
+    """Raise ``ValueError`` naming the setting if value is not of its type and range."""
+    text = str(type_name)
+    label = name if name.startswith("TAGJIT_") else env_name(name)
+    field = label[len("TAGJIT_"):].lower()
+    if value is None:
+        if "None" not in text:
+            raise ValueError(f"{label}=None: expected {_expected(type_name)}")
+        return
+    allowed = _CHOICES.get(text)
+    ok = (value in allowed if allowed is not None
+          else isinstance(value, bool) if text.startswith("bool")
+          else isinstance(value, int) and not isinstance(value, bool) if text.startswith("int")
+          else isinstance(value, (int, float)) and not isinstance(value, bool) if text.startswith("float")
+          else isinstance(value, str))
+    if ok and field in _NON_NEGATIVE and value < 0:
+        ok = False
+    if not ok:
+        raise ValueError(f"{label}={value!r}: expected {_expected(type_name)}"
+                         + (", at least 0" if field in _NON_NEGATIVE else ""))
+
+
+_CHOICES: dict[str, tuple[str, ...]] = {"ToolScope": ("auto", "always"), "SchemaMode": ("default", "auto", "strict"),
+                                        "JitMode": ("auto", "always", "never")}
+
+
+def _expected(type_name: Any) -> str:
+    text = str(type_name)
+    if text in _CHOICES:
+        return "one of " + ", ".join(_CHOICES[text])
+    kind = ("a boolean (" + "/".join(_TRUE) + " or " + "/".join(_FALSE) + ")" if text.startswith("bool")
+            else "an integer" if text.startswith("int") else "a number" if text.startswith("float") else "a string")
+    return kind + (" or none" if "None" in text else "")
 
 
 _current: Settings | None = None

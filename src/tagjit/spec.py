@@ -66,7 +66,7 @@ class Constraint:
     def keyed_cheaply(self) -> bool:
         """Whether ``key`` costs no parse: a short or non-JSON text, or one whose canonical form is memoised."""
         return self.kind not in _JSON_KINDS or len(self.source) <= _CHEAP_KEY_CHARS \
-            or (Kind(self.kind).value, self.source) in _canonical_json.cache
+            or (Kind(self.kind).value, self.source) in _canonical_json.cache()
 
     def parsed(self) -> Any:
         """The source parsed as JSON (JSON, CHOICE, STRUCTURAL_TAG kinds)."""
@@ -93,6 +93,6 @@ def compact_json(value: Any) -> str:
 
 # The API server keys a request's constraint more than once (tag trust, validation), each key a parse
 # and a dump of the whole text; one memo per process makes the later ones free.
-@bounded_memo(get_settings().memo_bytes, lambda args, value: len(args[1]) + (0 if value is args[1] else len(value)))
+@bounded_memo(lambda: get_settings().memo_bytes, lambda args, value: len(args[1]) + (0 if value is args[1] else len(value)))
 def _canonical_json(kind: str, source: str) -> str:
     return compact_json(Constraint(Kind(kind), source).parsed())

@@ -309,7 +309,7 @@ def call_tags(fmt: ToolFormat, name: str, schema: dict | bool | None, max_whites
 
 
 # Keyed by the schema's text; the schema itself rides along so that a miss need not parse the text again.
-@bounded_memo(get_settings().memo_bytes, lambda key, value: len(key[2]) + len(value), keyed_by=4)
+@bounded_memo(lambda: get_settings().memo_bytes, lambda key, value: len(key[2]) + len(value), keyed_by=4)
 def _call_tags_json(fmt: ToolFormat, name: str, schema_json: str, max_whitespace: int | None,
                     schema: dict | bool | None) -> str:
     args = arguments_content(fmt, schema, max_whitespace, schema_json)

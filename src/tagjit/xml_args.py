@@ -403,7 +403,7 @@ def _json_value(schema: Any, defs: Mapping[str, Any], where: str, st: XmlStyle, 
         raise
 
 
-@bounded_memo(get_settings().memo_bytes, lambda args, value: len(args[0]) + len(value))
+@bounded_memo(lambda: get_settings().memo_bytes, lambda args, value: len(args[0]) + len(value))
 def _json_value_cached(schema_json: str, st: XmlStyle, settings: Settings) -> str:
     return json.dumps(_json_value_node(json.loads(schema_json), "value", st, settings))
 

@@ -69,20 +69,20 @@ def chat_request(tools: list[dict], tool_choice: Any = "auto", **fields: Any):
 def sampling_constraint(tool_call_parser: str, tools: list[dict], tool_choice: Any = "auto",
                         grammar_backend: str = "tagjit", env: dict[str, str] | None = None,
                         server: dict[str, Any] | None = None, **fields: Any) -> dict:
-    """The constraint fields of the sampling params SGLang builds for the request (JSON decoded)."""
+    """The constraint fields of the sampling params SGLang builds for the request (JSON decoded); ``env``: the
+    TAGJIT_* variables of a server started with them (tagjit reads its settings once per process)."""
     import os
 
-    saved = {k: os.environ.get(k) for k in env or {}}
-    os.environ.update(env or {})
+    from tagjit.settings import Settings, get_settings, set_settings
+
+    previous = get_settings()
+    if env:
+        set_settings(Settings.from_env({**os.environ, **env}))
     try:
         handler = serving(tool_call_parser, grammar_backend, **(server or {}))
         adapted, _ = handler._convert_to_internal_request(chat_request(tools, tool_choice, **fields))
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        set_settings(previous)
     params = adapted.sampling_params
     return {k: json.loads(params[k]) if k in ("structural_tag", "json_schema") else params[k]
             for k in ("structural_tag", "json_schema", "ebnf", "regex") if params.get(k) is not None}
