@@ -32,10 +32,7 @@ import tagjit
 from tagjit import Constraint, ConstraintError, Kind, Settings
 from tagjit.jit import JitPolicy
 
-try:
-    from tagjit.bitmask import apply_token_bitmask_inplace as _apply_bitmask
-except ImportError:  # older core without its own kernels
-    from xgrammar import apply_token_bitmask_inplace as _apply_bitmask
+from tagjit.bitmask import apply_token_bitmask_inplace as _apply_bitmask
 
 log = logging.getLogger("tagjit.sglang")
 

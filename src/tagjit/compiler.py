@@ -384,8 +384,3 @@ def lint_constraint(constraint: Constraint) -> list:
         metrics.LINT.labels(f.rule).inc()
         log.warning("tagjit lint: %s: [%s] %s", f.path, f.rule, f.message)
     return findings
-
-
-def constraint(kind: Kind | str, source: object) -> Constraint:
-    """Shorthand for ``Constraint.of``."""
-    return Constraint.of(kind, source)

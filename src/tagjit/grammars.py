@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 import re
 from typing import Any, NamedTuple
@@ -228,11 +227,3 @@ def rule_count(grammar: xgr.Grammar) -> int:
 def _first_line(e: Exception) -> str:
     text = str(e).strip() or type(e).__name__
     return text.splitlines()[0][:500] if len(text) > 500 else text
-
-
-def supports_kwarg(fn: Any, name: str) -> bool:
-    """Whether an xgrammar function takes a keyword (APIs differ between 0.2.7 and 0.2.8)."""
-    try:
-        return name in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False

@@ -64,11 +64,6 @@ def parse_schema(source: str | dict | bool) -> dict | bool:
     return schema
 
 
-def check_schema(schema: dict | bool) -> None:
-    """Raise ConstraintError if the schema is invalid, UnsupportedFeatureError if tagjit cannot enforce it."""
-    prepare_schema(schema)
-
-
 def prepare_schema(schema: dict | bool) -> dict | bool:
     """Check a schema and return its normalised form (see normalize_schema), which xgrammar enforces exactly."""
     if isinstance(schema, bool):

@@ -62,7 +62,6 @@ class ToolFormat:
     special_tokens: tuple[str, ...] = ()
     vllm_tool_parsers: tuple[str, ...] = ()
     sglang_tool_parsers: tuple[str, ...] = ()
-    xgrammar_model: str | None = None
     aliases: tuple[str, ...] = ()
     description: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
@@ -181,7 +180,6 @@ def parse_format(data: Mapping[str, Any]) -> ToolFormat:
         special_tokens=tuple(data.get("special_tokens", [])),
         vllm_tool_parsers=tuple(data.get("vllm_tool_parsers", [])),
         sglang_tool_parsers=tuple(data.get("sglang_tool_parsers", [])),
-        xgrammar_model=data.get("xgrammar_model"),
         aliases=tuple(data.get("aliases", [])),
         description=data.get("description", ""),
         extra={k: v for k, v in data.items() if k not in known},
