@@ -162,6 +162,37 @@ def test_a_trusted_constraint_is_not_rebuilt_by_validation(monkeypatch):
         compiler.validate(other)
 
 
+def test_the_service_and_the_api_server_share_one_validation(service, monkeypatch):
+    from tagjit import compiler
+
+    c = Constraint.of(Kind.REGEX, "shared-validation-[0-9]{2}")
+    compiler.validate(c, service.settings)  # the API server's check (vLLM)
+
+    def refuse(*_args, **_kwargs):
+        raise ConstraintError("validated twice")
+
+    monkeypatch.setattr(compiler, "build_grammar", refuse)
+    service.validate(c)  # the engine's check (SGLang) finds it done
+
+
+def test_validation_lints_a_schema_once_whichever_engine_asks(service):
+    from tagjit import compiler
+    from tagjit.metrics import LINT
+
+    def findings() -> float:
+        return LINT.labels("decision-before-reasoning")._value.get()
+
+    schema = {"type": "object", "properties": {"verdict": {"enum": ["yes", "no"]}, "reasoning": {"type": "string"},
+                                               "case": {"const": "lint-once"}}}
+    c = Constraint.of(Kind.JSON, schema)
+    before = findings()
+    service.validate(c)  # SGLang's path
+    service.validate(c)
+    assert findings() == before + 1
+    compiler.validate(c, service.settings)  # vLLM's API-server path
+    assert findings() == before + 1
+
+
 def large_tool_tag_text(first: int = 0) -> str:
     """A 40-tool hermes tag (~45 KB) written with indentation, so its canonical form is not known yet."""
     from tagjit import bfcl

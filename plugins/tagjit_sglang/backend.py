@@ -261,6 +261,7 @@ class TagjitGrammarBackend(BaseGrammarBackend):
     def _compiled(self, c: Constraint, key: Tuple[str, str], reasoning: bool) -> BaseGrammarObject:
         start = time.perf_counter()
         try:
+            self.service.validate(c)
             compiled = self.service.compile(c)
         except ConstraintError as e:
             return _invalid(key, e)

@@ -140,7 +140,6 @@ class TagjitBackend(StructuredOutputBackend):
         self.settings = settings_for(self.vllm_config)
         info = tagjit.from_huggingface(self.tokenizer, vocab_size=self.vocab_size)
         self.service = tagjit.service_for(info, self.settings)
-        self.service.lint_enabled = False  # the API server lints each schema when it validates it
         self.policy = JitPolicy(self.settings)
         threading.Thread(target=self._warm_tables, args=(info,), daemon=True, name="tagjit-warm").start()
         metrics_dir = os.environ.get("TAGJIT_METRICS_DIR")

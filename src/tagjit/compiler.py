@@ -40,8 +40,7 @@ class CompileService:
         self.compiler = xgr.GrammarCompiler(tokenizer_info, max_threads=threads, cache_enabled=True,
                                             cache_limit_bytes=s.cache_bytes)
         # Settings that change the grammar are part of every key; key order is never touched.
-        self._salt = "|".join([FORMAT_VERSION, XGRAMMAR_VERSION, self.fingerprint, str(s.max_whitespace),
-                               str(s.strict_mode), str(s.any_order_default)])
+        self._salt = f"{grammar_salt(s)}|{self.fingerprint}"
         self.memory: LRUCache[Compiled] = LRUCache(s.cache_bytes, lambda c: c.nbytes)
         # Tag contents compiled on their own (composite tool-call tags), reused across combinations.
         self.units: LRUCache[composite.Unit] = LRUCache(s.cache_bytes, lambda u: u.nbytes)
@@ -51,10 +50,8 @@ class CompileService:
         # The sorted vocabulary that composite tags need (~0.5 s once per tokenizer), built off the request path.
         self._unit_pool.submit(composite.vocab_index, tokenizer_info)
         self.disk = DiskCache(s.disk_cache_dir, self._salt) if s.disk_cache_dir else None
-        self._validated: LRUCache[bool] = LRUCache(64 * 1024, lambda _: 1)
         self._pool = ThreadPoolExecutor(max_workers=max(1, s.compile_threads), thread_name_prefix="tagjit-compile",
                                         initializer=_pool_thread_init, initargs=(s.compile_nice, s.compile_cpus))
-        self.lint_enabled = s.lint
         self._inflight: dict[str, Future[Compiled]] = {}
         self._lock = threading.Lock()
         self._ms_per_kb = 2.0  # running estimate of compile cost, updated on every miss
@@ -65,12 +62,10 @@ class CompileService:
         return constraint.key(self._salt)
 
     def validate(self, constraint: Constraint) -> None:
-        """Raise ConstraintError if the constraint is invalid or unenforceable (no vocabulary work)."""
-        key = self.key(constraint)
-        if key in self.memory or self._validated.get(key):
+        """``validate`` under this service's settings; a constraint already compiled here is valid."""
+        if constraint.keyed_cheaply() and self.key(constraint) in self.memory:
             return
-        build_grammar(constraint, self.settings)
-        self._validated.put(key, True)
+        validate(constraint, self.settings)
 
     # -- compiling ---------------------------------------------------------------------------
     def cached(self, constraint: Constraint) -> Compiled | None:
@@ -161,8 +156,6 @@ class CompileService:
                     self.disk.corrupt += 1
                     self.disk.discard(key)
             metrics.CACHE.labels("disk", "miss").inc()
-        if self.lint_enabled:
-            lint_constraint(constraint)
         if constraint.kind is Kind.STRUCTURAL_TAG and self.composite_enabled:
             parts = self._compile_composite(constraint, key, start)
             if parts is not None:
@@ -340,12 +333,17 @@ def service_for(tokenizer_info: xgr.TokenizerInfo, settings: Settings | None = N
         return svc
 
 
+def grammar_salt(settings: Settings) -> str:
+    """What besides the constraint decides its grammar: tagjit's and xgrammar's versions and the grammar settings."""
+    return "|".join([FORMAT_VERSION, XGRAMMAR_VERSION, str(settings.max_whitespace), str(settings.strict_mode),
+                     str(settings.any_order_default)])
+
+
 _validated: LRUCache[bool] = LRUCache(64 * 1024, lambda _: 1)
 
 
 def _validation_key(constraint: Constraint, settings: Settings) -> str:
-    return constraint.key(f"{FORMAT_VERSION}|{XGRAMMAR_VERSION}|{settings.max_whitespace}|{settings.strict_mode}"
-                          f"|{settings.any_order_default}")
+    return constraint.key(grammar_salt(settings))
 
 
 def trust(constraint: Constraint, settings: Settings | None = None) -> None:
@@ -355,7 +353,8 @@ def trust(constraint: Constraint, settings: Settings | None = None) -> None:
 
 
 def validate(constraint: Constraint, settings: Settings | None = None) -> None:
-    """Check a constraint without a tokenizer (API-server side); raises ConstraintError with the reason."""
+    """Check a constraint without a tokenizer, the one validation path of both engines: lint findings and refusals
+    are logged and counted here, once per constraint and settings; raises ConstraintError with the reason."""
     settings = settings or get_settings()
     key = _validation_key(constraint, settings)
     if _validated.get(key):
