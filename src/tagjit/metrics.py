@@ -3,6 +3,16 @@
 The metrics live in tagjit's own registry. An engine that compiles in one process and serves
 ``/metrics`` from another (vLLM: engine core vs API server) exports snapshots from the first
 (``SnapshotWriter``) and merges them in the second (``MergedCollector``), one ``process`` label each.
+
+With several API servers (``--api-server-count N``, or data parallelism, which starts one per rank) vLLM
+turns on prometheus_client's multiprocess mode: it sets ``PROMETHEUS_MULTIPROC_DIR`` before it starts the
+API servers and engine cores, and every ``/metrics`` serves a fresh registry that sums the counters and
+histograms of all processes' files in that directory (``MultiProcessCollector``), not the default registry
+that ``MergedCollector`` sits on. tagjit's metrics are prometheus_client metrics, so a process started after
+that (spawned: vLLM's CLI default) keeps them in its own file there and each process is counted once, summed,
+without a ``process`` label. A process whose prometheus_client was loaded before the variable was set (an
+engine core forked from the CLI process, ``VLLM_WORKER_MULTIPROC_METHOD=fork``) keeps them in memory;
+its ``SnapshotWriter`` writes them into that directory in the same file format instead.
 """
 
 from __future__ import annotations
@@ -13,8 +23,9 @@ import tempfile
 import threading
 from typing import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, values
 from prometheus_client.core import Metric
+from prometheus_client.mmap_dict import MmapedDict, mmap_key
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -47,8 +58,36 @@ def snapshot() -> list[dict]:
     return out
 
 
+def in_multiprocess_files() -> bool:
+    """Whether this process's prometheus_client keeps metric values in ``PROMETHEUS_MULTIPROC_DIR`` files."""
+    return bool(getattr(values.ValueClass, "_multiprocess", False))
+
+
+def multiprocess_entries(families: list[dict]) -> Iterator[tuple[str, str, float]]:
+    """``(file type, key, value)`` of each value as prometheus_client's multiprocess files hold it:
+    counters by ``_total``, histograms by ``_sum`` and per-bucket (not cumulative) counts."""
+    for fam in families:
+        if fam["type"] not in ("counter", "histogram"):
+            continue
+        below: dict[tuple, float] = {}  # cumulative count of the previous bucket, per label set
+        for name, labels, value in fam["samples"]:
+            if fam["type"] == "counter" and not name.endswith("_total"):
+                continue
+            if fam["type"] == "histogram":
+                if name.endswith("_bucket"):
+                    group = tuple(sorted((k, v) for k, v in labels.items() if k != "le"))
+                    value, below[group] = value - below.get(group, 0.0), value
+                elif not name.endswith("_sum"):
+                    continue
+            names = sorted(labels)
+            yield fam["type"], mmap_key(fam["name"], name, names, [labels[n] for n in names],
+                                        fam["documentation"]), value
+
+
 class SnapshotWriter:
-    """Writes this process's snapshot to ``DIR/<pid>.json`` every ``interval_s`` (atomic replace)."""
+    """Writes this process's snapshot to ``DIR/<pid>.json`` every ``interval_s`` (atomic replace), and
+    under prometheus_client's multiprocess mode, if this process keeps its values in memory, to
+    ``$PROMETHEUS_MULTIPROC_DIR/<type>_tagjit-<pid>.db`` (what vLLM's several API servers serve)."""
 
     def __init__(self, directory: str, interval_s: float = 1.0) -> None:
         self.path = os.path.join(directory, f"{os.getpid()}.json")
@@ -56,6 +95,8 @@ class SnapshotWriter:
         self.interval_s = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="tagjit-metrics")
+        self._lock = threading.Lock()
+        self._files: dict[str, MmapedDict] = {}
 
     def start(self) -> "SnapshotWriter":
         """Start the background writer."""
@@ -63,26 +104,50 @@ class SnapshotWriter:
         return self
 
     def write(self) -> None:
-        """Write one snapshot now."""
+        """Write one snapshot now (the JSON file last: whoever reads it knows the other files are as new)."""
+        families = snapshot()
+        multiproc_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if multiproc_dir and not in_multiprocess_files():
+            self._write_multiprocess(multiproc_dir, families)
         try:
             fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
             with os.fdopen(fd, "w") as f:
-                json.dump(snapshot(), f)
+                json.dump(families, f)
             os.replace(tmp, self.path)
         except OSError:
             pass
+
+    def _write_multiprocess(self, directory: str, families: list[dict]) -> None:
+        """Store this process's values in prometheus_client's multiprocess format (values overwritten in place;
+        the files stay after the process ends, as prometheus_client's own do, so its counts keep counting)."""
+        with self._lock:
+            try:
+                for typ, key, value in multiprocess_entries(families):
+                    db = self._files.get(typ)
+                    if db is None:
+                        db = self._files[typ] = MmapedDict(os.path.join(directory, f"{typ}_tagjit-{os.getpid()}.db"))
+                    db.write_value(key, value, 0.0)
+            except (OSError, ValueError):
+                pass
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             self.write()
 
     def stop(self) -> None:
-        """Stop writing and remove this process's snapshot."""
+        """Stop writing and remove this process's snapshot (multiprocess files get the final values and stay)."""
         self._stop.set()
         try:
             os.unlink(self.path)
         except OSError:
             pass
+        multiproc_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if multiproc_dir and not in_multiprocess_files():
+            self._write_multiprocess(multiproc_dir, snapshot())
+        with self._lock:
+            for db in self._files.values():
+                db.close()
+            self._files.clear()
 
 
 class MergedCollector:
