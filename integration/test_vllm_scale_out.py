@@ -23,6 +23,9 @@ from server import vllm_server
 # Connections stay open between requests, so each one keeps talking to the API server it was accepted by.
 KEEP_ALIVE = {"VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "3600"}
 BAD_SCHEMA = {"type": "array", "uniqueItems": True}
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"],
+    "additionalProperties": False}}}
 PATIENCE_S = 300.0  # give-up bound when waiting for a count: never reached unless the count is wrong
 
 
@@ -122,6 +125,15 @@ class Connection:
         assert api_server_of(raw.http_response, self.port) == self.pid
         return json.loads(raw.parse().choices[0].message.content)
 
+    def tool_call(self, bias: dict[str, float]) -> tuple[str, dict]:
+        """A tool_choice=required request for one call on this connection; returns its name and arguments."""
+        raw = self.client.chat.completions.with_raw_response.create(
+            model="tiny", messages=[{"role": "user", "content": "weather?"}], max_tokens=100, logit_bias=bias,
+            tools=[WEATHER], tool_choice="required", parallel_tool_calls=False)
+        assert api_server_of(raw.http_response, self.port) == self.pid
+        (call,) = raw.parse().choices[0].message.tool_calls
+        return call.function.name, json.loads(call.function.arguments)
+
     def refused(self) -> str:
         """Send a schema tagjit refuses; returns the 400's message."""
         with pytest.raises(openai.BadRequestError) as err:
@@ -147,8 +159,8 @@ def metrics_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.fixture(scope="class")
 def two_api_servers(metrics_dir: str) -> Iterator[str]:
     """``vllm serve --api-server-count 2`` (one engine core); torn down after the class that uses it."""
-    with vllm_server("tagjit", "--api-server-count", "2", env={"TAGJIT_METRICS_DIR": metrics_dir, **KEEP_ALIVE}) \
-            as url:
+    with vllm_server("tagjit", "--api-server-count", "2", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+                     env={"TAGJIT_METRICS_DIR": metrics_dir, **KEEP_ALIVE}) as url:
         yield url
 
 
@@ -202,6 +214,15 @@ class TestTwoApiServers:
         for conn in connections:
             for _ in range(2):
                 jsonschema.validate(conn.chat(s, bias), s)
+
+    def test_tool_calls_on_each_api_server_take_tagjits_tag(self, connections: list[Connection],
+                                                            bias: dict[str, float]) -> None:
+        # The API servers vLLM spawns never validate the config again: tagjit's tool hook must know it was chosen.
+        # vLLM's own tag would leave a tool without strict: true free arguments, which a random model gets wrong.
+        for conn in connections:
+            name, arguments = conn.tool_call(bias)
+            assert name == "get_weather"
+            jsonschema.validate(arguments, WEATHER["function"]["parameters"])
 
     def test_a_bad_schema_is_a_400_naming_the_problem_from_each_api_server(
             self, connections: list[Connection]) -> None:
