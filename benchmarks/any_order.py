@@ -136,7 +136,8 @@ def measure(n: int, info, tok, compiler_threads: int, subsets_max: int, settings
     row["tagjit_compile_ms"] = ms
     row["tagjit_rules"] = rule_count(g)
     spec.new(info)  # vocabulary tables are built once per tokenizer, not per grammar
-    row["tagjit_mask_us"] = mask_walk(Grammar(Compiled(cg, "t", ms, filter_spec=spec), vocab_size=info.vocab_size),
+    compiled = Compiled(cg, "t", ms, filter_spec=spec, tokenizer_info=info)
+    row["tagjit_mask_us"] = mask_walk(Grammar(compiled, vocab_size=info.vocab_size),
                                       tokenize(shuffled_text, tok), info.vocab_size)
 
     # xgrammar any_order (no required / duplicate guarantees).

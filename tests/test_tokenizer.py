@@ -47,3 +47,39 @@ def test_missing_path_is_an_error():
 
     with pytest.raises(FileNotFoundError):
         load_tokenizer_info(os.path.join(str(TOKENIZERS), "no-such-tokenizer"))
+
+
+def test_a_per_tokenizer_table_is_built_once_for_concurrent_callers(llama3_info):
+    import threading
+
+    from tagjit.tokenizer import per_tokenizer
+
+    builds: list[int] = []
+    gate = threading.Barrier(4)
+
+    def build(info):
+        builds.append(1)
+        return object()
+
+    results: list[object] = []
+
+    def ask():
+        gate.wait()
+        results.append(per_tokenizer(llama3_info, "test.once", build))
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(builds) == 1 and len({id(r) for r in results}) == 1
+
+
+def test_tagjit_uses_no_private_xgrammar_attribute():
+    import pathlib
+    import re
+
+    src = pathlib.Path(__file__).parents[1] / "src" / "tagjit"
+    private = [f"{p.name}: {m.group(0)}" for p in src.rglob("*.py")
+               for m in re.finditer(r"\b(?:xgr|info|tokenizer_info|matcher|compiled)\._[a-z]\w*", p.read_text())]
+    assert not private

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import uuid
 from typing import Any, Iterator
 
@@ -920,32 +919,11 @@ def _closes_then_more(tok: bytes, escaped: bool) -> bool:
     return False
 
 
-_VOCABS: dict[str, _Vocab] = {}
-_FINGERPRINTS: dict[tuple, str] = {}
-_VOCAB_LOCK = threading.Lock()
-
-
-def _quick_key(info: xgr.TokenizerInfo) -> tuple:
-    """A cheap key of a vocabulary (metadata and a sample of tokens), mapped to its full fingerprint."""
-    handle = info._handle.decoded_vocab()  # indexing the native list avoids copying 100k+ tokens
-    n = len(handle)
-    picks = sorted(set(range(0, n, max(1, n // 256))) | set(range(max(0, n - 512), n)))
-    return (info.dump_metadata(), info.vocab_size, n, tuple(bytes(handle[i]) for i in picks))
-
-
 def vocab_tables(info: xgr.TokenizerInfo) -> _Vocab:
-    """The vocabulary tables of a tokenizer, computed once per tokenizer fingerprint."""
-    from .tokenizer import fingerprint
+    """The vocabulary tables of a tokenizer, computed once per tokenizer."""
+    from .tokenizer import per_tokenizer
 
-    quick = _quick_key(info)
-    with _VOCAB_LOCK:
-        fp = _FINGERPRINTS.get(quick)
-        if fp is None:
-            fp = _FINGERPRINTS[quick] = fingerprint(info)
-        vocab = _VOCABS.get(fp)
-        if vocab is None:
-            vocab = _VOCABS[fp] = _Vocab(info)
-        return vocab
+    return per_tokenizer(info, "any_order.vocab_tables", _Vocab)
 
 
 class AnyOrderSpec:
@@ -953,15 +931,10 @@ class AnyOrderSpec:
 
     def __init__(self, root: _Val | None) -> None:
         self.root = root
-        self._vocab: tuple[tuple, _Vocab] | None = None  # a compiled grammar serves one tokenizer
 
     def new(self, tokenizer_info: xgr.TokenizerInfo) -> "AnyOrderFilter":
         """A filter in its initial state for this vocabulary."""
-        meta = (tokenizer_info.dump_metadata(), tokenizer_info.vocab_size)
-        hit = self._vocab
-        if hit is None or hit[0] != meta:
-            hit = self._vocab = (meta, vocab_tables(tokenizer_info))
-        return AnyOrderFilter(self.root, hit[1])
+        return AnyOrderFilter(self.root, vocab_tables(tokenizer_info))
 
 
 class AnyOrderFilter:

@@ -171,7 +171,7 @@ class CompileService:
             metrics.ERRORS.labels(constraint.kind.value).inc()
             raise
         ms = (time.perf_counter() - start) * 1000
-        compiled = Compiled(cg, key, ms, filter_spec=filter_spec)
+        compiled = Compiled(cg, key, ms, filter_spec=filter_spec, tokenizer_info=self.tokenizer_info)
         metrics.COMPILE_MS.labels(constraint.kind.value).observe(ms)
         kb = max(1.0, len(constraint.source) / 1024)
         self._ms_per_kb = 0.8 * self._ms_per_kb + 0.2 * (ms / kb)

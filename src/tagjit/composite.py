@@ -34,7 +34,7 @@ import numpy as np
 import torch
 import xgrammar as xgr
 
-from .tokenizer import token_bytes
+from .tokenizer import per_tokenizer, token_bytes
 
 # Node types of the outer tree.
 _OUTER_TYPES = {"sequence", "or", "tags_with_separator", "const_string", "tag"}
@@ -368,17 +368,9 @@ def _successor(prefix: bytes) -> bytes | None:
     return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
-_indexes: dict[int, tuple[xgr.TokenizerInfo, VocabIndex]] = {}
-_indexes_lock = threading.Lock()
-
-
 def vocab_index(info: xgr.TokenizerInfo) -> VocabIndex:
     """The vocabulary index of a tokenizer, built once."""
-    with _indexes_lock:
-        hit = _indexes.get(id(info))
-        if hit is None or hit[0] is not info:
-            hit = _indexes[id(info)] = (info, VocabIndex(info))
-        return hit[1]
+    return per_tokenizer(info, "composite.vocab_index", VocabIndex)
 
 
 # -- compiled parts ------------------------------------------------------------------------------

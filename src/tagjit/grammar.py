@@ -74,8 +74,12 @@ class Compiled:
     filter_spec: FilterSpec | None = None
     nbytes: int = field(default=0)
     composite: Any = None
+    tokenizer_info: xgr.TokenizerInfo | None = None
+    """The tokenizer it was compiled for (its per-tokenizer tables are kept by that object's identity)."""
 
     def __post_init__(self) -> None:
+        if self.filter_spec is not None and self.tokenizer_info is None:
+            raise ValueError("a Compiled with a token filter needs the tokenizer_info it was compiled for")
         if not self.nbytes:
             source = self.grammar if self.grammar is not None else self.composite
             self.nbytes = int(source.memory_size_bytes if self.grammar is not None else source.nbytes)
@@ -143,8 +147,7 @@ class Grammar:
         self.compiled = compiled
         self._matcher = compiled.new_matcher(self._stop_token_ids)
         spec = compiled.filter_spec
-        self._filter = spec.new(compiled.grammar.tokenizer_info) if spec is not None and compiled.grammar is not None \
-            else None
+        self._filter = spec.new(compiled.tokenizer_info) if spec is not None else None
         return self._matcher
 
     def copy(self) -> "Grammar":

@@ -1,4 +1,4 @@
-"""Tokenizer loading and fingerprints: everything tagjit needs to know about a vocabulary."""
+"""Tokenizer loading, fingerprints and the tables tagjit derives from a vocabulary (``per_tokenizer``)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import base64
 import hashlib
 import json
 import os
+import threading
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import xgrammar as xgr
 
@@ -117,19 +118,44 @@ def _load_sentencepiece(path: str, vocab_size: int | None) -> xgr.TokenizerInfo:
                              stop_token_ids=stops, add_prefix_space=True)
 
 
-_bytes_cache: dict[int, tuple[xgr.TokenizerInfo, list[bytes]]] = {}
+_tables: dict[tuple[int, str], tuple[xgr.TokenizerInfo, Any]] = {}
+_tables_lock = threading.Lock()
+_building: dict[tuple[int, str], threading.Lock] = {}
+
+T = TypeVar("T")
+
+
+def per_tokenizer(info: xgr.TokenizerInfo, name: str, build: Callable[[xgr.TokenizerInfo], T]) -> T:
+    """``build(info)``, once per tokenizer object and table name: the one home of every table tagjit derives from
+    a vocabulary (thread-safe; a table being built is waited for, not built twice)."""
+    key = (id(info), name)
+    with _tables_lock:
+        hit = _tables.get(key)
+        if hit is not None and hit[0] is info:
+            return hit[1]
+        key_lock = _building.setdefault(key, threading.Lock())
+    with key_lock:
+        with _tables_lock:
+            hit = _tables.get(key)
+            if hit is not None and hit[0] is info:
+                return hit[1]
+        value = build(info)
+        with _tables_lock:
+            _tables[key] = (info, value)
+    return value
 
 
 def token_bytes(info: xgr.TokenizerInfo) -> list[bytes]:
     """Each token's bytes, computed once per tokenizer (``decoded_vocab`` rebuilds the list on every access)."""
-    hit = _bytes_cache.get(id(info))
-    if hit is None or hit[0] is not info:
-        hit = _bytes_cache[id(info)] = (info, list(info.decoded_vocab))
-    return hit[1]
+    return per_tokenizer(info, "token_bytes", lambda i: list(i.decoded_vocab))
 
 
 def fingerprint(info: xgr.TokenizerInfo) -> str:
     """A stable hash of the vocabulary, its type, size and stop tokens (part of every cache key)."""
+    return per_tokenizer(info, "fingerprint", _fingerprint)
+
+
+def _fingerprint(info: xgr.TokenizerInfo) -> str:
     h = hashlib.sha256()
     h.update(f"{info.vocab_type}|{info.vocab_size}|{info.add_prefix_space}|{sorted(info.stop_token_ids)}".encode())
     for token in token_bytes(info):
