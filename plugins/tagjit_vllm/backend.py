@@ -141,7 +141,8 @@ class TagjitBackend(StructuredOutputBackend):
         info = tagjit.from_huggingface(self.tokenizer, vocab_size=self.vocab_size)
         self.service = tagjit.service_for(info, self.settings)
         self.policy = JitPolicy(self.settings)
-        threading.Thread(target=self._warm_tables, args=(self.service.tokenizer_info,), daemon=True, name="tagjit-warm").start()
+        threading.Thread(target=self._warm_tables, args=(self.service.tokenizer_info,), daemon=True,
+                         name="tagjit-warm").start()
         metrics_dir = os.environ.get("TAGJIT_METRICS_DIR")
         self._metrics = SnapshotWriter(metrics_dir).start() if metrics_dir and os.path.isdir(metrics_dir) else None
         if self.settings.warmup_file:
