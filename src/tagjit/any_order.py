@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import numpy as np
 import xgrammar as xgr
 
+from .ebnf import Built, ebnf_string
 from .errors import ConstraintError, UnsupportedFeatureError
 from .settings import Settings
 
@@ -52,10 +53,8 @@ def with_any_order(schema: dict | bool, enabled: bool) -> dict | bool:
     return out
 
 
-def build(schema: dict, settings: Settings):  # noqa: ANN201 - returns grammars.Built
+def build(schema: dict, settings: Settings) -> Built:
     """The grammar and token filter of a schema with any-order objects."""
-    from .grammars import Built
-
     default = settings.any_order_default
     if isinstance(schema.get(KEYWORD_DEFAULT), bool):
         default = schema[KEYWORD_DEFAULT]
@@ -564,8 +563,6 @@ def _ws(limit: int | None) -> str:
 
 
 def _lit(text: str) -> str:
-    from .grammars import ebnf_string
-
     return ebnf_string(text)
 
 

@@ -4,26 +4,16 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, NamedTuple
+from typing import Any
 
 import xgrammar as xgr
 
 from . import schema as schema_mod
+from . import any_order
+from .ebnf import TAG_WHITESPACE_BOUND, Built, ebnf_string
 from .errors import CompileLimitError, ConstraintError
 from .settings import Settings
 from .spec import Constraint, Kind
-
-# xgrammar 0.2.8 added max_whitespace_cnt to structural-tag JSON content; 0.2.7 lacks it.
-_TAG_WHITESPACE = "max_whitespace_cnt" in getattr(
-    getattr(getattr(xgr, "structural_tag", None), "JSONSchemaFormat", None), "model_fields", {})
-
-
-class Built(NamedTuple):
-    """A constraint's grammar and, where a CFG cannot say everything, a per-request token filter."""
-
-    grammar: xgr.Grammar
-    filter_spec: Any = None
-
 
 def build_grammar(constraint: Constraint, settings: Settings) -> Built:
     """Build the xgrammar Grammar for a constraint, raising ConstraintError with the reason."""
@@ -41,8 +31,6 @@ def build_grammar(constraint: Constraint, settings: Settings) -> Built:
 def json_schema_grammar(schema: dict | bool, settings: Settings) -> Built:
     """Grammar for a checked JSON schema with tagjit's whitespace bound."""
     schema = schema_mod.prepare_schema(schema)
-    from . import any_order
-
     if any_order.wants_any_order(schema, settings.any_order_default):
         built = any_order.build(schema, settings)
         return Built(fix_string_lengths(built.grammar), built.filter_spec)
@@ -179,7 +167,7 @@ def _prepare_format(node: Any, s: Settings) -> Any:
         if "json_schema" not in node:
             raise ConstraintError("structural_tag json_schema format needs a 'json_schema'")
         out["json_schema"] = schema_mod.prepared(schema_mod.schema_text(node["json_schema"]))
-        if _TAG_WHITESPACE and s.max_whitespace and "max_whitespace_cnt" not in node:
+        if TAG_WHITESPACE_BOUND and s.max_whitespace and "max_whitespace_cnt" not in node:
             out["max_whitespace_cnt"] = s.max_whitespace
     return out
 
@@ -192,26 +180,6 @@ _BUILDERS = {
     Kind.GRAMMAR: _grammar,
     Kind.STRUCTURAL_TAG: _structural_tag,
 }
-
-
-def ebnf_string(text: str) -> str:
-    """Quote a Python string as an EBNF string literal."""
-    out = ['"']
-    for ch in text:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ord(ch) < 0x20:
-            out.append(f"\\x{ord(ch):02x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
 
 
 def looks_like_lark(text: str) -> bool:

@@ -23,7 +23,7 @@ from . import schema as schema_mod
 from . import xml_args
 from .cache import bounded_memo
 from .errors import ConstraintError
-from .grammars import _TAG_WHITESPACE
+from .ebnf import TAG_WHITESPACE_BOUND
 from .settings import Settings, get_settings
 from .spec import compact_json
 
@@ -295,7 +295,7 @@ def arguments_content(fmt: ToolFormat, schema: dict | bool | None, max_whitespac
     node: dict[str, Any] = {"type": "json_schema", "json_schema": schema}
     if fmt.arguments != "json":
         node["style"] = fmt.arguments
-    if _TAG_WHITESPACE and max_whitespace is not None:
+    if TAG_WHITESPACE_BOUND and max_whitespace is not None:
         node["max_whitespace_cnt"] = max_whitespace
     return node
 

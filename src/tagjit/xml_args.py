@@ -33,7 +33,8 @@ import xgrammar as xgr
 
 from .cache import bounded_memo
 from .errors import ConstraintError, UnsupportedFeatureError
-from .grammars import ebnf_string, json_schema_grammar
+from .ebnf import ebnf_string
+from .grammars import json_schema_grammar
 from .settings import Settings, get_settings
 
 WS = r"\s*"  # in a forbidden pattern: any run of whitespace (the parsers' regex \s*)
