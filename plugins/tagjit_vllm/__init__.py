@@ -46,8 +46,6 @@ METRICS_DIR_ENV = "TAGJIT_METRICS_DIR"
 
 def _metrics_dir() -> str:
     """A directory for metric snapshots, made by the first vLLM process and inherited by its children."""
-    import os
-
     directory = os.environ.get(METRICS_DIR_ENV)
     if not directory:
         import atexit

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import threading
 import time
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
@@ -141,8 +140,6 @@ class TagjitBackend(StructuredOutputBackend):
         info = tagjit.from_huggingface(self.tokenizer, vocab_size=self.vocab_size)
         self.service = tagjit.service_for(info, self.settings)
         self.policy = JitPolicy(self.settings)
-        threading.Thread(target=self._warm_tables, args=(self.service.tokenizer_info,), daemon=True,
-                         name="tagjit-warm").start()
         metrics_dir = os.environ.get("TAGJIT_METRICS_DIR")
         self._metrics = SnapshotWriter(metrics_dir).start() if metrics_dir and os.path.isdir(metrics_dir) else None
         if self.settings.warmup_file:
@@ -150,12 +147,6 @@ class TagjitBackend(StructuredOutputBackend):
 
             n = self.service.warmup(load_warmup(self.settings.warmup_file))
             log.info("tagjit: warmed up %d constraints from %s", n, self.settings.warmup_file)
-
-    @staticmethod
-    def _warm_tables(info: Any) -> None:
-        from tagjit.any_order import vocab_tables
-
-        vocab_tables(info)  # per-tokenizer tables of the any-order filter, built before traffic needs them
 
     def constraint(self, request_type: StructuredOutputOptions, grammar_spec: str) -> Constraint:
         """The core constraint for a vLLM request type and spec."""

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import xgrammar as xgr
 
-from . import composite, metrics
+from . import any_order, composite, metrics
 from .cache import DiskCache, LRUCache
 from .errors import CompileLimitError, ConstraintError
 from .grammar import Compiled, Grammar
@@ -47,8 +47,11 @@ class CompileService:
         self.composite_enabled = True
         self._unit_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tagjit-unit",
                                              initializer=_pool_thread_init, initargs=(s.compile_nice, s.compile_cpus))
-        # The sorted vocabulary that composite tags need (~0.5 s once per tokenizer), built off the request path.
+        # Per-tokenizer tables that composite tags and any-order filters need (~0.5 s each, once per tokenizer), built
+        # off the request path on a pool the interpreter joins at exit (a daemon thread still reading the vocabulary
+        # through xgrammar's FFI at exit aborts the process).
         self._unit_pool.submit(composite.vocab_index, tokenizer_info)
+        self._unit_pool.submit(any_order.vocab_tables, tokenizer_info)
         self.disk = DiskCache(s.disk_cache_dir, self._salt) if s.disk_cache_dir else None
         self._pool = ThreadPoolExecutor(max_workers=max(1, s.compile_threads), thread_name_prefix="tagjit-compile",
                                         initializer=_pool_thread_init, initargs=(s.compile_nice, s.compile_cpus))
