@@ -1,14 +1,16 @@
 # tagjit: `make demo` runs vLLM on CPU with tagjit against a tiny model; `make test` runs the tests.
-# Both set up everything they need on a fresh machine (a .venv with vLLM for CPU, and a
-# .venv-sglang with SGLang's grammar modules for the SGLang tests).
+# Both set up everything they need on a fresh machine (a .venv with vLLM for CPU, a .venv-sglang
+# with SGLang's grammar modules for the SGLang tests, and a .venv-vllm033 with vLLM 0.33's Python
+# modules beside CPU torch for tests/vllm_classes).
 
 PYTHON ?= python3
 VENV ?= .venv
 SGLANG_VENV ?= .venv-sglang
+VLLM033_VENV ?= .venv-vllm033
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-sglang demo test test-unit test-integration test-sglang bench clean
+.PHONY: setup setup-sglang setup-vllm033 demo test test-unit test-integration test-sglang bench clean
 
 setup: $(VENV)/.tagjit-installed
 
@@ -27,12 +29,20 @@ $(SGLANG_VENV)/.tagjit-installed: pyproject.toml scripts/setup_sglang.sh
 	bash scripts/setup_sglang.sh $(SGLANG_VENV)
 	touch $@
 
+setup-vllm033: $(VLLM033_VENV)/.tagjit-installed
+
+$(VLLM033_VENV)/.tagjit-installed: pyproject.toml scripts/setup_vllm033.sh
+	bash scripts/setup_vllm033.sh $(VLLM033_VENV)
+	touch $@
+
 demo: setup
 	$(PY) integration/demo.py
 
-test: setup setup-sglang
+test: setup setup-sglang setup-vllm033
 	$(PY) -m pytest -q -p no:cacheprovider --ignore=tests/sglang tests integration $(PYTEST_ARGS)
 	$(SGLANG_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/sglang $(PYTEST_ARGS)
+	$(VLLM033_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/vllm_classes tests/test_tools_vllm.py \
+		tests/test_vllm_grammar_futures.py tests/test_vllm_plugin.py $(PYTEST_ARGS)
 
 test-unit: setup
 	$(PY) -m pytest -q --ignore=tests/sglang tests $(PYTEST_ARGS)
@@ -49,4 +59,4 @@ bench: setup
 	$(PY) benchmarks/any_order.py
 
 clean:
-	rm -rf $(VENV) $(SGLANG_VENV) build *.egg-info
+	rm -rf $(VENV) $(SGLANG_VENV) $(VLLM033_VENV) build *.egg-info

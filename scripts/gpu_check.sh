@@ -60,7 +60,8 @@ VPY="$VENV/bin/python"
 step plugin "$VPY" -c 'import tagjit_vllm; tagjit_vllm.register(); from vllm.config.structured_outputs import StructuredOutputsConfig as C; print("tagjit backend:", C(backend="tagjit").backend)'
 step demo "$VPY" integration/demo.py
 step integration "$VPY" -m pytest -q -p no:cacheprovider integration
-step kernels "$VPY" -m pytest -q -p no:cacheprovider tests/test_bitmask.py tests/test_vllm_apply.py
+step kernels "$VPY" -m pytest -q -p no:cacheprovider tests/test_bitmask.py tests/test_vllm_apply.py \
+    tests/vllm_classes/test_mrv2_kernel.py
 step bitmask "$VPY" benchmarks/bitmask.py --quick --json "$OUT/bitmask.json"
 
 echo "== summary (vLLM $VLLM_VERSION; logs in $OUT)"
