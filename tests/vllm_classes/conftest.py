@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,3 +39,12 @@ def tagjit_in_vllm() -> Iterator[None]:
         mp.setattr(tagjit.settings, "_current", UNHURRIED.replace(compile_threads=1, jit="always"))
         yield
 
+
+@pytest.fixture
+def manager(config: Any) -> Iterator[Any]:
+    """A fresh engine-core StructuredOutputManager for the module's ``config``, shut down as vLLM does."""
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    manager = StructuredOutputManager(config)
+    yield manager
+    manager.clear_backend()

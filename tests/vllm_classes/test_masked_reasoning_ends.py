@@ -38,16 +38,6 @@ def config(model_dir: Path) -> Any:
     return vllm_config(model_dir, backend="tagjit", reasoning_parser="qwen3")
 
 
-@pytest.fixture
-def manager(config: Any) -> Iterator[Any]:
-    """A fresh engine-core StructuredOutputManager for the config, shut down as vLLM does."""
-    from vllm.v1.structured_output import StructuredOutputManager
-
-    manager = StructuredOutputManager(config)
-    yield manager
-    manager.clear_backend()
-
-
 @pytest.fixture(scope="module")
 def service(config: Any) -> Any:
     """The compile service tagjit's backend uses for this model (one per tokenizer and settings)."""

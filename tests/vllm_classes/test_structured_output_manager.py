@@ -25,16 +25,6 @@ def config(model_dir: Path) -> Any:
     return vllm_config(model_dir, backend="tagjit")
 
 
-@pytest.fixture
-def manager(config: Any) -> Iterator[Any]:
-    """A fresh engine-core StructuredOutputManager for the config, shut down as vLLM does."""
-    from vllm.v1.structured_output import StructuredOutputManager
-
-    manager = StructuredOutputManager(config)
-    yield manager
-    manager.clear_backend()
-
-
 @pytest.fixture(scope="module")
 def reference(config: Any) -> Iterator[Any]:
     """tagjit's own compile service for the model's tokenizer, separate from the backend's."""
