@@ -23,7 +23,6 @@ could be ambiguous the matcher switches, exactly, to the full grammar (compiled 
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from bisect import bisect_left
@@ -34,6 +33,7 @@ import numpy as np
 import torch
 import xgrammar as xgr
 
+from .spec import compact_json
 from .tokenizer import per_tokenizer, token_bytes
 
 # Node types of the outer tree.
@@ -179,7 +179,7 @@ def _tag_parts(node: dict, p: Plan, units: dict[str, int]) -> tuple[bytes, int, 
         # Content and end compile together, so xgrammar settles where the content stops.
         unit_tag = {"type": "sequence", "elements": [content, {"type": "const_string", "value": end}]}
         tail, last = [b""], ends[0][-1:]
-    text = json.dumps(unit_tag, ensure_ascii=False, separators=(",", ":"))
+    text = compact_json(unit_tag)
     u = units.get(text)
     if u is None:
         u = units[text] = len(p.units)

@@ -13,7 +13,7 @@ from . import any_order
 from .ebnf import TAG_WHITESPACE_BOUND, Built, ebnf_string
 from .errors import CompileLimitError, ConstraintError
 from .settings import Settings
-from .spec import Constraint, Kind
+from .spec import Constraint, Kind, compact_json
 
 def build_grammar(constraint: Constraint, settings: Settings) -> Built:
     """Build the xgrammar Grammar for a constraint, raising ConstraintError with the reason."""
@@ -166,7 +166,7 @@ def _prepare_format(node: Any, s: Settings) -> Any:
     if node.get("type") == "json_schema":
         if "json_schema" not in node:
             raise ConstraintError("structural_tag json_schema format needs a 'json_schema'")
-        out["json_schema"] = schema_mod.prepared(schema_mod.schema_text(node["json_schema"]))
+        out["json_schema"] = schema_mod.prepared(compact_json(node["json_schema"]))
         if TAG_WHITESPACE_BOUND and s.max_whitespace and "max_whitespace_cnt" not in node:
             out["max_whitespace_cnt"] = s.max_whitespace
     return out

@@ -86,18 +86,13 @@ def prepare_schema(schema: dict | bool) -> dict | bool:
 # JSONSchemaBench); 8 keeps the estimate on the safe side.
 @bounded_memo(lambda: get_settings().memo_bytes, lambda args, _value: 8 * len(args[0]))
 def prepared(text: str) -> Any:
-    """``prepare_schema`` of a schema given as JSON text, once per distinct text (key order kept).
+    """``prepare_schema`` of a schema given as its ``spec.compact_json`` text, once per distinct text (key order kept).
 
     Tool sets repeat the same tools in new combinations and each check costs about a millisecond,
     so the tool-tag builder and the tag validation share this one memo. The result is shared:
     do not mutate it.
     """
     return prepare_schema(json.loads(text))
-
-
-def schema_text(schema: Any) -> str:
-    """The memo key of a schema: its JSON text with key order kept (property order is generation order)."""
-    return json.dumps(schema, ensure_ascii=False)
 
 
 def _check_validity(schema: dict) -> None:

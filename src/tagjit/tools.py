@@ -284,9 +284,9 @@ def constrains_arguments(tool: Tool, mode: str) -> bool:
 def arguments_content(fmt: ToolFormat, schema: dict | bool | None, max_whitespace: int | None,
                       schema_json: str | None = None) -> dict:
     """The argument part of one call: the schema (or any object, if None) in the format's style
-    (``schema_json``: the schema's ``schema.schema_text``, if the caller has it)."""
+    (``schema_json``: the schema's ``spec.compact_json``, if the caller has it)."""
     if schema is not None:  # the check the tag's validation reuses, by the same text
-        schema_mod.prepared(schema_json or schema_mod.schema_text(schema))
+        schema_mod.prepared(schema_json or compact_json(schema))
     if fmt.arguments in xml_args.STYLES:  # tagjit's own grammar: exactly what the engine's parser returns
         st = xml_args.style(fmt.arguments, fmt.argument_syntax)
         return xml_args.arguments_node(st, schema, get_settings().replace(max_whitespace=max_whitespace))
@@ -302,7 +302,7 @@ def arguments_content(fmt: ToolFormat, schema: dict | bool | None, max_whitespac
 
 def call_tags(fmt: ToolFormat, name: str, schema: dict | bool | None, max_whitespace: int | None) -> list[dict]:
     """The tags of one tool (one per call syntax); pure in its arguments, memoised by their JSON text."""
-    key = schema_mod.schema_text(schema)  # key order kept: it is generation order
+    key = compact_json(schema)  # key order kept: it is generation order
     return json.loads(_call_tags_json(fmt, name, key, max_whitespace, schema))
 
 
@@ -467,7 +467,7 @@ def build_tool_tag_json(fmt: ToolFormat | str, tools: Sequence[Mapping[str, Any]
         for t in function_tools:
             schema = t.parameters if constrains_arguments(t, settings.tool_schema_mode) else None
             try:
-                text = _call_tags_json(fmt, t.name, schema_mod.schema_text(schema), settings.max_whitespace, schema)
+                text = _call_tags_json(fmt, t.name, compact_json(schema), settings.max_whitespace, schema)
             except ConstraintError as e:  # keep the subclass (UnsupportedFeatureError), name the tool
                 e.args = (f"tool {t.name!r}: {e}",)
                 raise
