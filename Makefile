@@ -25,13 +25,13 @@ $(VENV)/.tagjit-installed: pyproject.toml
 
 setup-sglang: $(SGLANG_VENV)/.tagjit-installed
 
-$(SGLANG_VENV)/.tagjit-installed: pyproject.toml scripts/setup_sglang.sh
+$(SGLANG_VENV)/.tagjit-installed: pyproject.toml scripts/setup_sglang.sh scripts/cpu_venv.sh
 	bash scripts/setup_sglang.sh $(SGLANG_VENV)
 	touch $@
 
 setup-vllm033: $(VLLM033_VENV)/.tagjit-installed
 
-$(VLLM033_VENV)/.tagjit-installed: pyproject.toml scripts/setup_vllm033.sh
+$(VLLM033_VENV)/.tagjit-installed: pyproject.toml scripts/setup_vllm033.sh scripts/cpu_venv.sh
 	bash scripts/setup_vllm033.sh $(VLLM033_VENV)
 	touch $@
 

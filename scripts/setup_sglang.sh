@@ -10,23 +10,8 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${1:-$ROOT/.venv-sglang}"
-PY="${PYTHON:-python3}"
-TORCH_INDEX="${TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
-
-[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
-
-constraints="$(mktemp)"
-trap 'rm -f "$constraints"' EXIT
-echo "torch==2.13.0" >"$constraints"  # nothing may replace the CPU torch
-
-if ! "$VENV/bin/python" -c 'import torch, sys; sys.exit(torch.__version__ != "2.13.0+cpu")' 2>/dev/null; then
-    if compgen -G "${PIP_FIND_LINKS:-/opt/wheels}/torch-2.13.0+cpu-*.whl" >/dev/null; then
-        pip install --find-links "${PIP_FIND_LINKS:-/opt/wheels}" "torch==2.13.0+cpu"
-    else
-        pip install "torch==2.13.0" --index-url "$TORCH_INDEX"
-    fi
-fi
+# shellcheck source=cpu_venv.sh
+source "$ROOT/scripts/cpu_venv.sh"  # the venv with CPU torch, `pip`, "$constraints"
 
 # The engine's grammar stack and what its scheduler-side modules import on CPU; fastapi, uvicorn,
 # uvloop and einops for its OpenAI serving layer (tagjit's tool-call hooks resolve it there, and

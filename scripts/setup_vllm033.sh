@@ -11,27 +11,8 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${1:-$ROOT/.venv-vllm033}"
-PY="${PYTHON:-python3}"
-TORCH_INDEX="${TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
-
-[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
-
-constraints="$(mktemp)"
-trap 'rm -f "$constraints"' EXIT
-echo "torch==2.13.0" >"$constraints"  # nothing may replace the CPU torch
-
-if ! "$VENV/bin/python" -c 'import torch, sys; sys.exit(torch.__version__ != "2.13.0+cpu")' 2>/dev/null; then
-    wheels=""
-    for dir in ${PIP_FIND_LINKS:-/opt/wheels}; do  # pip takes a space-separated list here
-        if compgen -G "$dir/torch-2.13.0+cpu-*.whl" >/dev/null; then wheels="$dir"; break; fi
-    done
-    if [ -n "$wheels" ]; then
-        pip install --find-links "$wheels" "torch==2.13.0+cpu"
-    else
-        pip install "torch==2.13.0" --index-url "$TORCH_INDEX"
-    fi
-fi
+# shellcheck source=cpu_venv.sh
+source "$ROOT/scripts/cpu_venv.sh"  # the venv with CPU torch, `pip`, "$constraints"
 
 # vLLM 0.33.0's own pins for its grammar stack (xgrammar and the tvm-ffi it runs on, llguidance, transformers,
 # numba, which tagjit's CPU bitmask kernel uses too); Triton for Model Runner V2's bitmask kernel, run under
