@@ -359,13 +359,15 @@ def patch_masked_reasoning_ends() -> None:
 
     @functools.wraps(original)
     def _masked_reasoning_ends(self: Any, request: Any) -> tuple[int, ...]:
+        struct = request.structured_output_request
+        if struct is None or struct.masked_reasoning_end_ids is not None:  # every step after the first: cached
+            return original(self, request)
         from tagjit import metrics
 
         from .backend import TagjitGrammar
 
-        struct = request.structured_output_request
-        grammar = getattr(struct, "grammar", None)
-        if struct is None or struct.masked_reasoning_end_ids is not None or not isinstance(grammar, TagjitGrammar):
+        grammar = struct.grammar
+        if not isinstance(grammar, TagjitGrammar):
             return original(self, request)
         if grammar.grammar.ready():
             metrics.REASONING_PROBES.labels("exact").inc()
