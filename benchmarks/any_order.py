@@ -20,17 +20,15 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import xgrammar as xgr
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from tagjit import any_order  # noqa: E402
-from tagjit.grammar import Compiled, Grammar, allocate_token_bitmask  # noqa: E402
-from tagjit.grammars import json_schema_grammar, rule_count  # noqa: E402
+from tagjit.runtime.matcher import Compiled, Matcher, allocate_token_bitmask  # noqa: E402
+from tagjit.build.grammars import json_schema_grammar, rule_count  # noqa: E402
 from tagjit.settings import Settings  # noqa: E402
-from tagjit.tokenizer import load_tokenizer_info  # noqa: E402
+from tagjit.runtime.vocab import load_tokenizer_info  # noqa: E402
 
 
 def object_schema(n: int, opt_in: bool) -> dict:
@@ -77,13 +75,13 @@ def subsets_ebnf(n: int, ws: str) -> str:
 REPEAT = 3  # best of: the CPUs are shared, so the minimum is the least disturbed run
 
 
-def mask_walk(grammar: Grammar, tokens: list[int], vocab_size: int) -> float:
+def mask_walk(grammar: Matcher, tokens: list[int], vocab_size: int) -> float:
     """Mean microseconds per token to fill the mask along tokens (best of REPEAT fresh walks)."""
     best = min(_walk_once(grammar.copy(), tokens, vocab_size) for _ in range(REPEAT))
     return best
 
 
-def _walk_once(grammar: Grammar, tokens: list[int], vocab_size: int) -> float:
+def _walk_once(grammar: Matcher, tokens: list[int], vocab_size: int) -> float:
     bitmask = allocate_token_bitmask(1, vocab_size)
     times = []
     for t in tokens:
@@ -128,7 +126,7 @@ def measure(n: int, info, tok, compiler_threads: int, subsets_max: int, settings
     ms, cg, _, g = compile_timed(lambda: json_schema_grammar(object_schema(n, False), settings))
     row["declared_compile_ms"] = ms
     row["declared_rules"] = rule_count(g)
-    row["declared_mask_us"] = mask_walk(Grammar(Compiled(cg, "d", ms), vocab_size=info.vocab_size),
+    row["declared_mask_us"] = mask_walk(Matcher(Compiled(cg, "d", ms), vocab_size=info.vocab_size),
                                         tokenize(declared_text, tok), info.vocab_size)
 
     # tagjit exact any-order: grammar + filter.
@@ -137,7 +135,7 @@ def measure(n: int, info, tok, compiler_threads: int, subsets_max: int, settings
     row["tagjit_rules"] = rule_count(g)
     spec.new(info)  # vocabulary tables are built once per tokenizer, not per grammar
     compiled = Compiled(cg, "t", ms, filter_spec=spec, tokenizer_info=info)
-    row["tagjit_mask_us"] = mask_walk(Grammar(compiled, vocab_size=info.vocab_size),
+    row["tagjit_mask_us"] = mask_walk(Matcher(compiled, vocab_size=info.vocab_size),
                                       tokenize(shuffled_text, tok), info.vocab_size)
 
     # xgrammar any_order (no required / duplicate guarantees).
@@ -151,7 +149,7 @@ def measure(n: int, info, tok, compiler_threads: int, subsets_max: int, settings
 
     ms, cg = min((xgr_any_order() for _ in range(REPEAT)), key=lambda x: x[0])
     row["xgr_any_order_compile_ms"] = ms
-    row["xgr_any_order_mask_us"] = mask_walk(Grammar(Compiled(cg, "x", ms), vocab_size=info.vocab_size),
+    row["xgr_any_order_mask_us"] = mask_walk(Matcher(Compiled(cg, "x", ms), vocab_size=info.vocab_size),
                                              tokenize(shuffled_text, tok), info.vocab_size)
 
     if n <= subsets_max:
@@ -159,7 +157,7 @@ def measure(n: int, info, tok, compiler_threads: int, subsets_max: int, settings
         ms, cg, _, g = compile_timed(lambda: (xgr.Grammar.from_ebnf(subsets_ebnf(n, ws)), None))
         row["subsets_compile_ms"] = ms
         row["subsets_rules"] = rule_count(g)
-        row["subsets_mask_us"] = mask_walk(Grammar(Compiled(cg, "s", ms), vocab_size=info.vocab_size),
+        row["subsets_mask_us"] = mask_walk(Matcher(Compiled(cg, "s", ms), vocab_size=info.vocab_size),
                                            tokenize(shuffled_text, tok), info.vocab_size)
     row["compile_ratio"] = row["tagjit_compile_ms"] / row["declared_compile_ms"]
     row["mask_ratio"] = row["tagjit_mask_us"] / row["declared_mask_us"]

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 import torch
 import xgrammar as xgr
 
-from tagjit.bitmask import apply_token_bitmask_inplace, cpu_backend
+from tagjit.kernels import apply_token_bitmask_inplace, cpu_backend
 
 BATCHES = (1, 8, 64, 512, 4096)
 VOCABS = (32000, 128256, 131072, 151936)

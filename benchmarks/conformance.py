@@ -72,8 +72,8 @@ class Refused(Exception):
 # -- backends: compile(schema) -> check(text) -> bool ------------------------------------------------
 
 def tagjit_backend(info: Any) -> Callable[[dict], Callable[[str], bool]]:
-    from tagjit import CompileService, ConstraintError, Grammar, Settings, UnsupportedFeatureError
-    from tagjit.spec import Constraint, Kind
+    from tagjit import CompileService, ConstraintError, Matcher, Settings, UnsupportedFeatureError
+    from tagjit.constraint import Constraint, Kind
 
     service = CompileService(info, Settings(cache_bytes=64 * 1024 * 1024))
 
@@ -86,7 +86,7 @@ def tagjit_backend(info: Any) -> Callable[[dict], Callable[[str], bool]]:
             raise RuntimeError(str(e)) from None
 
         def check(text: str) -> bool:
-            g = Grammar(compiled, vocab_size=info.vocab_size)
+            g = Matcher(compiled, vocab_size=info.vocab_size)
             return g.accept_string(text) and g.is_completed()
 
         return check

@@ -25,12 +25,13 @@ import xgrammar as xgr
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from tagjit import bfcl  # noqa: E402
-from tagjit.compiler import CompileService  # noqa: E402
+from tagjit.tools import bfcl  # noqa: E402
+from tagjit.compile.service import CompileService  # noqa: E402
 from tagjit.settings import Settings  # noqa: E402
-from tagjit.spec import Constraint  # noqa: E402
-from tagjit.tokenizer import load_tokenizer_info  # noqa: E402
-from tagjit.tools import build_tool_tag, load_format  # noqa: E402
+from tagjit.constraint import Constraint  # noqa: E402
+from tagjit.runtime.vocab import load_tokenizer_info  # noqa: E402
+from tagjit.tools import build_tool_tag  # noqa: E402
+from tagjit.tools import load_format  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 

@@ -52,8 +52,8 @@ def long_prompt(tokens: int, seed: int) -> str:
 def load_schemas(n: int) -> list[dict]:
     """JSONSchemaBench schemas that tagjit and xgrammar both accept (so every backend gets the same set)."""
     from tagjit import ConstraintError, Settings
-    from tagjit.compiler import validate
-    from tagjit.spec import Constraint, Kind
+    from tagjit.compile.service import validate
+    from tagjit.constraint import Constraint, Kind
 
     out = []
     for split in ("Github_easy", "Glaiveai2K", "Github_medium"):
@@ -287,7 +287,7 @@ def main() -> int:
         plot(summary, os.path.join(args.out, "ttft.png"))
         return 0
     os.makedirs(args.out, exist_ok=True)
-    from tagjit.bfcl import load_tools
+    from tagjit.tools.bfcl import load_tools
 
     model = build(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tagjit-bench-llama-{args.hidden}x{args.layers}"),
                   hidden=args.hidden, layers=args.layers, chat_template=PLAIN_TEMPLATE)

@@ -63,9 +63,9 @@ class Report:
 def workload(seed: int = 0) -> tuple[list[dict], list[list[dict]]]:
     """Distinct JSONSchemaBench schemas tagjit compiles and BFCL tool sets of 1-4 tools."""
     from tagjit import ConstraintError, Settings
-    from tagjit.bfcl import load_tools
-    from tagjit.compiler import validate
-    from tagjit.spec import Constraint, Kind
+    from tagjit.tools.bfcl import load_tools
+    from tagjit.compile.service import validate
+    from tagjit.constraint import Constraint, Kind
 
     schemas = []
     folder = DATA / "jsonschemabench" / "Glaiveai2K"

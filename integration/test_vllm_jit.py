@@ -8,8 +8,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tagjit.bfcl import load_tools
-from tagjit.tools import build_tool_tag, load_format
+from tagjit.tools.bfcl import load_tools
+from tagjit.tools import build_tool_tag
+from tagjit.tools import load_format
 
 DATA = Path(os.environ.get("TAGJIT_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 
 from tagjit import CompileLimitError, CompileService, ConstraintError, Settings
-from tagjit.grammars import MAX_CHOICES, MAX_REGEX_CHARS, build_grammar
+from tagjit.build.grammars import MAX_CHOICES, MAX_REGEX_CHARS, build_grammar
 from tagjit.schema import MAX_DEPTH, MAX_ENUM_VALUES
-from tagjit.spec import Constraint, Kind
+from tagjit.constraint import Constraint, Kind
 
 
 def build(kind: Kind, source) -> None:
@@ -167,7 +167,8 @@ SCHEMAS = st.one_of(LEAF, OBJECT, ARRAY, st.fixed_dictionaries({"anyOf": st.list
                     st.fixed_dictionaries({"oneOf": st.lists(LEAF, min_size=1, max_size=3)}),
                     st.fixed_dictionaries({"allOf": st.lists(LEAF, min_size=1, max_size=2)}))
 
-FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+# derandomize: the same examples every run, so a run's verdict does not depend on the draw.
+FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 
 
 @pytest.fixture(scope="module")
@@ -211,14 +212,18 @@ def test_instances_jsonschema_accepts_are_accepted_by_the_grammar(textual, data)
     # integers, and keywords of one type on a node without "type" restrict it to that type.
     assume(not _has_integral_float(instance))
     assume(not _typeless_with_type_keywords(schema))
-    from tagjit import Grammar
+    from tagjit import Matcher
 
     if isinstance(instance, dict):  # tagjit keeps the declared property order (it is generation order)
         order = list(schema.get("properties", {}))
         instance = dict(sorted(instance.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
-    g = Grammar(compiled, vocab_size=0)
-    text = json.dumps(instance, ensure_ascii=False)
-    assert g.accept_string(text) and g.is_completed(), (schema, text)
+    # One spelling of the value must be accepted: xgrammar writes some literals escaped ("\u007f" for DEL).
+    texts = [json.dumps(instance, ensure_ascii=False), json.dumps(instance)]
+    accepted = []
+    for text in texts:
+        g = Matcher(compiled, vocab_size=0)
+        accepted.append(g.accept_string(text) and g.is_completed())
+    assert any(accepted), (schema, texts)
 
 
 def _has_integral_float(v) -> bool:

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from pools import UNHURRIED
-from tagjit import any_order
-from tagjit.compiler import CompileService
+from tagjit import anyorder as any_order
+from tagjit.compile.service import CompileService
 from tagjit.errors import UnsupportedFeatureError
-from tagjit.grammar import allocate_token_bitmask
-from tagjit.grammars import json_schema_grammar
+from tagjit.runtime.matcher import allocate_token_bitmask
+from tagjit.build.grammars import json_schema_grammar
 from tagjit.settings import Settings
-from tagjit.spec import Constraint
+from tagjit.constraint import Constraint
 
 from shared_data import schema_file
 

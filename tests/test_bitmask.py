@@ -1,4 +1,4 @@
-"""tagjit.bitmask: every backend masks logits exactly like xgrammar's definition.
+"""tagjit.kernels: every backend masks logits exactly like xgrammar's definition.
 
 The Triton kernel runs on CPU tensors under ``TRITON_INTERPRET=1`` with a 64-logit block, so the
 small shapes here still span several blocks and a partial last block.
@@ -16,8 +16,8 @@ import pytest
 import torch
 import xgrammar as xgr
 
-from tagjit import bitmask as bm_mod
-from tagjit.bitmask import apply_token_bitmask_inplace, apply_token_bitmask_rows_inplace, cpu_backend
+from tagjit.kernels import cpu as bm_mod
+from tagjit.kernels import apply_token_bitmask_inplace, apply_token_bitmask_rows_inplace, cpu_backend
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 # "cpu-without-numba" is the CPU backend as SGLang's images run it: xgrammar's kernel or torch.
@@ -35,7 +35,7 @@ def backend_setup(request, monkeypatch):
         monkeypatch.setitem(bm_mod._numba_state, "kernel", None)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     try:
-        from tagjit import _triton_bitmask
+        from tagjit.kernels import triton as _triton_bitmask
     except ImportError:
         return
     monkeypatch.setattr(_triton_bitmask, "DEFAULT_BLOCK_SIZE", 64)
@@ -227,7 +227,7 @@ def real_bitmask() -> torch.Tensor:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_applies_real_grammar_masks_like_xgrammar(real_bitmask, backend, dtype, monkeypatch):
     if backend == "triton":
-        from tagjit import _triton_bitmask
+        from tagjit.kernels import triton as _triton_bitmask
 
         monkeypatch.setattr(_triton_bitmask, "DEFAULT_BLOCK_SIZE", 4096)  # the GPU default
     logits = make_logits(3, real_bitmask.shape[1] * 32, dtype)
@@ -265,7 +265,7 @@ def test_auto_uses_the_numba_kernel_on_cpu_when_numba_is_installed():
 FRESH_PROCESS = """
 import sys, torch
 {block}
-from tagjit.bitmask import apply_token_bitmask_inplace, cpu_backend
+from tagjit.kernels import apply_token_bitmask_inplace, cpu_backend
 logits = torch.randn(3, 100)
 mask = torch.randint(-2**31, 2**31 - 1, (3, 4), dtype=torch.int32)
 cols = torch.arange(100)

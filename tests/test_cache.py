@@ -5,8 +5,8 @@ import os
 
 from pools import UNHURRIED
 from tagjit import CompileService, Settings
-from tagjit.cache import LRUCache, bounded_memo
-from tagjit.spec import Constraint, Kind
+from tagjit.compile.cache import LRUCache, bounded_memo
+from tagjit.constraint import Constraint, Kind
 
 
 def test_lru_evicts_least_recently_used_past_its_byte_bound():
@@ -98,7 +98,7 @@ def test_concurrent_requests_for_one_constraint_compile_once(llama3_info):
 
 def _compile_in_process(directory: str, tokenizer: str, patterns: list[str]) -> int:
     from tagjit import CompileService, Settings, load_tokenizer_info
-    from tagjit.spec import Constraint, Kind
+    from tagjit.constraint import Constraint, Kind
 
     svc = CompileService(load_tokenizer_info(tokenizer), Settings(disk_cache_dir=directory))
     for p in patterns:

@@ -5,14 +5,14 @@ import json
 import pytest
 
 from tagjit import ConstraintError, Settings, UnsupportedFeatureError
-from tagjit.grammar import Grammar
-from tagjit.spec import Constraint, Kind
+from tagjit.runtime.matcher import Matcher
+from tagjit.constraint import Constraint, Kind
 
 from shared_data import maskbench, schema_file
 
 
 def accepts(service, constraint: Constraint, text: str) -> bool:
-    g = Grammar(service.compile(constraint), vocab_size=service.vocab_size)
+    g = Matcher(service.compile(constraint), vocab_size=service.vocab_size)
     return g.accept_string(text) and g.is_completed()
 
 
@@ -147,7 +147,7 @@ def test_schemas_differing_only_in_property_order_compile_to_different_grammars(
 
 
 def test_a_trusted_constraint_is_not_rebuilt_by_validation(monkeypatch):
-    from tagjit import compiler
+    from tagjit.compile import service as compiler
 
     trusted = Constraint.of(Kind.REGEX, "trusted-[a-z]{3}")
     other = Constraint.of(Kind.REGEX, "untrusted-[a-z]{3}")
@@ -163,7 +163,7 @@ def test_a_trusted_constraint_is_not_rebuilt_by_validation(monkeypatch):
 
 
 def test_the_service_and_the_api_server_share_one_validation(service, monkeypatch):
-    from tagjit import compiler
+    from tagjit.compile import service as compiler
 
     c = Constraint.of(Kind.REGEX, "shared-validation-[0-9]{2}")
     compiler.validate(c, service.settings)  # the API server's check (vLLM)
@@ -176,7 +176,7 @@ def test_the_service_and_the_api_server_share_one_validation(service, monkeypatc
 
 
 def test_validation_lints_a_schema_once_whichever_engine_asks(service):
-    from tagjit import compiler
+    from tagjit.compile import service as compiler
     from tagjit.metrics import LINT
 
     def findings() -> float:
@@ -195,7 +195,7 @@ def test_validation_lints_a_schema_once_whichever_engine_asks(service):
 
 def large_tool_tag_text(first: int = 0) -> str:
     """A 40-tool hermes tag (~45 KB) written with indentation, so its canonical form is not known yet."""
-    from tagjit import bfcl
+    from tagjit.tools import bfcl
     from tagjit.tools import build_tool_tag
 
     from shared_data import DATA
@@ -207,7 +207,7 @@ def large_tool_tag_text(first: int = 0) -> str:
 def test_a_large_new_constraint_is_keyed_on_the_pool_not_on_the_callers_thread(service, monkeypatch):
     import threading
 
-    from tagjit import spec
+    from tagjit import constraint as spec
 
     keyed_on: list[str] = []
     original = spec._canonical_json

@@ -14,13 +14,15 @@ import torch
 import xgrammar as xgr
 
 from pools import UNHURRIED
-from tagjit import CompileService, Settings, bfcl
-from tagjit.grammar import Grammar, allocate_token_bitmask, allowed_tokens
-from tagjit.composite import plan
-from tagjit.grammars import build_grammar
-from tagjit.spec import Constraint
-from tagjit.tokenizer import token_bytes
-from tagjit.tools import build_tool_tag, load_format
+from tagjit.tools import bfcl
+from tagjit import CompileService, Settings
+from tagjit.runtime.matcher import Matcher, allocate_token_bitmask, allowed_tokens
+from tagjit.compile.composite.plan import plan
+from tagjit.build.grammars import build_grammar
+from tagjit.constraint import Constraint
+from tagjit.runtime.vocab import token_bytes
+from tagjit.tools import build_tool_tag
+from tagjit.tools import load_format
 
 from shared_data import DATA
 from walk import Walker, WalkError
@@ -57,7 +59,7 @@ class Twin:
         compiled = svc.compile(c)
         assert compiled.composite is not None, "expected the tag to compile in parts"
         self.info = svc.tokenizer_info
-        self.grammar = Grammar(compiled, vocab_size=self.info.vocab_size)
+        self.grammar = Matcher(compiled, vocab_size=self.info.vocab_size)
         self.ref = full_matcher(svc, c)
         self._ref_mask = allocate_token_bitmask(1, self.info.vocab_size)
         self.masks = 0
@@ -275,7 +277,7 @@ def test_rollback_across_boundaries_restores_exact_masks(svc, info):
     b, _, _ = call("hermes", TOOLS[0], '{"base": 1, "height": 2}')
     tokens = greedy_tokens(info, a + "\n" + b)
     compiled = svc.compile(tool_tag("hermes", TOOLS[:6]))
-    g = Grammar(compiled, vocab_size=info.vocab_size)
+    g = Matcher(compiled, vocab_size=info.vocab_size)
     mask = allocate_token_bitmask(1, info.vocab_size)
     before = []
     for t in tokens:
@@ -294,7 +296,7 @@ def test_rollback_across_boundaries_restores_exact_masks(svc, info):
 def test_stop_token_is_allowed_only_where_the_calls_may_end(svc, info):
     text, _, _ = call("hermes", TOOLS[0], '{"base": 10, "height": 5}')
     stop = info.stop_token_ids[0]
-    g = Grammar(svc.compile(tool_tag("hermes", TOOLS[:6])), vocab_size=info.vocab_size, stop_token_ids=[stop])
+    g = Matcher(svc.compile(tool_tag("hermes", TOOLS[:6])), vocab_size=info.vocab_size, stop_token_ids=[stop])
     mask = allocate_token_bitmask(1, info.vocab_size)
     for t in greedy_tokens(info, text):
         g.fill_bitmask(mask, 0)

@@ -16,7 +16,7 @@ import xgrammar as xgr
 
 from shared_data import SCHEMAS, maskbench
 from tagjit import CompileService, ConstraintError, Settings, UnsupportedFeatureError
-from tagjit.spec import Constraint, Kind
+from tagjit.constraint import Constraint, Kind
 
 
 def accepts(service: CompileService, schema, text: str) -> bool:

@@ -10,8 +10,8 @@ import xgrammar as xgr
 from pools import UNHURRIED, compile_pool_held
 from shared_data import TOKENIZERS
 from tagjit import CompileLimitError, CompileService, ConstraintError, Settings, allocate_token_bitmask, load_tokenizer_info
-from tagjit.grammar import allowed_tokens
-from tagjit.spec import Constraint, Kind
+from tagjit.runtime.matcher import allowed_tokens
+from tagjit.constraint import Constraint, Kind
 
 GOOD = Constraint.of(Kind.JSON, {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]})
 EOT = 128009  # Llama-3 <|eot_id|>

@@ -7,10 +7,10 @@ import torch
 import xgrammar as xgr
 
 from pools import compile_pool_held
-from tagjit import CompileLimitError, CompileService, Grammar, Settings, allocate_token_bitmask
-from tagjit.grammar import allowed_tokens
-from tagjit.spec import Constraint, Kind
-from tagjit.tokenizer import token_bytes
+from tagjit import CompileLimitError, CompileService, Matcher, Settings, allocate_token_bitmask
+from tagjit.runtime.matcher import allowed_tokens
+from tagjit.constraint import Constraint, Kind
+from tagjit.runtime.vocab import token_bytes
 
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
           "additionalProperties": False}
@@ -47,7 +47,7 @@ def compiled(service):
 
 @pytest.fixture
 def grammar(compiled, llama3_info):
-    return Grammar(compiled, vocab_size=llama3_info.vocab_size, stop_token_ids=[128009])
+    return Matcher(compiled, vocab_size=llama3_info.vocab_size, stop_token_ids=[128009])
 
 
 def test_accepts_a_valid_token_sequence(grammar, llama3_info):
@@ -134,7 +134,7 @@ def test_jit_grammar_is_returned_before_its_compile_and_waits_for_it_at_its_firs
 def test_failed_jit_compile_allows_only_stop_tokens(llama3_info):
     failed: Future = Future()
     failed.set_exception(CompileLimitError("too slow"))
-    g = Grammar(failed, vocab_size=llama3_info.vocab_size, stop_token_ids=[128009])
+    g = Matcher(failed, vocab_size=llama3_info.vocab_size, stop_token_ids=[128009])
     mask = allocate_token_bitmask(1, llama3_info.vocab_size)
     g.fill_bitmask(mask, 0)
     assert allowed_tokens(mask, 0, llama3_info.vocab_size) == [128009]
@@ -143,7 +143,7 @@ def test_failed_jit_compile_allows_only_stop_tokens(llama3_info):
 
 def test_reasoning_is_free_until_the_end_marker(compiled, llama3_info):
     think_end = encode(llama3_info, "</think>")
-    g = Grammar(compiled, vocab_size=llama3_info.vocab_size, reasoning_end_ids=think_end)
+    g = Matcher(compiled, vocab_size=llama3_info.vocab_size, reasoning_end_ids=think_end)
     mask = allocate_token_bitmask(1, llama3_info.vocab_size)
     assert g.accept_tokens(encode(llama3_info, "let me think: 42 is"))
     g.fill_bitmask(mask, 0)
@@ -156,7 +156,7 @@ def test_reasoning_is_free_until_the_end_marker(compiled, llama3_info):
 
 def test_rollback_across_the_reasoning_end_reenters_reasoning(compiled, llama3_info):
     think_end = encode(llama3_info, "</think>")
-    g = Grammar(compiled, vocab_size=llama3_info.vocab_size, reasoning_end_ids=think_end)
+    g = Matcher(compiled, vocab_size=llama3_info.vocab_size, reasoning_end_ids=think_end)
     g.accept_tokens(think_end + encode(llama3_info, '{"ok"'))
     g.rollback(len(encode(llama3_info, '{"ok"')) + 1)
     assert g.in_reasoning

@@ -4,9 +4,9 @@ import torch
 
 from pools import compile_pool_held
 from tagjit import CompileService, Settings, allocate_token_bitmask
-from tagjit.jit import JitPolicy
+from tagjit.compile.jit import JitPolicy
 from tagjit.metrics import JIT_DECISIONS
-from tagjit.spec import Constraint, Kind
+from tagjit.constraint import Constraint, Kind
 
 
 def decisions(label: str) -> float:
@@ -119,6 +119,6 @@ def test_compile_threads_run_only_on_the_configured_cpus(llama3_info):
 
 
 def test_a_cpu_list_names_ranges_and_single_cpus():
-    from tagjit.compiler import parse_cpus
+    from tagjit.compile.service import parse_cpus
 
     assert parse_cpus("0-2, 5,7-8") == {0, 1, 2, 5, 7, 8}

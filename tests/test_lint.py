@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tagjit.lint import DECISION_BEFORE_REASONING, SORTED_PROPERTIES, Finding, lint_schema
+from tagjit.schema.lint import DECISION_BEFORE_REASONING, SORTED_PROPERTIES, Finding, lint_schema
 
 from shared_data import schema_file
 

@@ -11,8 +11,8 @@ import pytest
 
 from shared_data import DATA
 from tagjit import ConstraintError
-from tagjit.bfcl import load_tools
-from tagjit.metaschema import _KEYWORDS, quick_valid
+from tagjit.tools.bfcl import load_tools
+from tagjit.schema.metaschema import _KEYWORDS, quick_valid
 from tagjit.schema import prepare_schema
 
 BENCH = DATA / "jsonschemabench"

@@ -8,7 +8,7 @@ import pytest
 
 from shared_data import DATA, schema_file
 from tagjit import ConstraintError
-from tagjit.bfcl import load_tools
+from tagjit.tools.bfcl import load_tools
 from tagjit.errors import CompileLimitError, UnsupportedFeatureError
 from tagjit.schema import MAX_DEPTH, MAX_ENUM_VALUES, prepare_schema
 

@@ -70,9 +70,22 @@ def test_importing_tagjit_reads_no_setting():
     r = subprocess.run([sys.executable, "-c", textwrap.dedent("""
         import os
         os.environ["TAGJIT_JIT"] = "sometimes"      # bad: would raise if read
-        import tagjit, tagjit.tools, tagjit.schema, tagjit.xml_args, tagjit.spec, tagjit.compiler
+        import tagjit, tagjit.tools, tagjit.schema, tagjit.tools.xml_args, tagjit.constraint, tagjit.compile.service
         from tagjit import settings
         print(settings._current is None)
     """)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["True"]
+
+
+def test_an_engines_compact_json_option_wins_over_its_whitespace_bound():
+    assert Settings(max_whitespace=8).for_engine(compact_json=True, max_whitespace=4).max_whitespace == 0
+
+
+def test_an_engines_whitespace_bound_replaces_tagjits():
+    assert Settings(max_whitespace=8).for_engine(max_whitespace=2).max_whitespace == 2
+
+
+def test_an_engine_without_json_options_keeps_tagjits_settings():
+    s = Settings(max_whitespace=8)
+    assert s.for_engine() is s

@@ -1,6 +1,6 @@
 """Constraint keys: content-addressed and order-preserving."""
 
-from tagjit.spec import Constraint, Kind
+from tagjit.constraint import Constraint, Kind
 
 
 def test_key_ignores_formatting_whitespace():

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from pools import UNHURRIED
 from shared_data import TOKENIZERS, maskbench
-from tagjit import CompileService, Grammar, allocate_token_bitmask, load_tokenizer_info
-from tagjit.spec import Constraint, Kind
+from tagjit import CompileService, Matcher, allocate_token_bitmask, load_tokenizer_info
+from tagjit.constraint import Constraint, Kind
 from walk import Walker
 
 # A real MaskBench schema (strings, integers, enums, an array), and the same with any-order
@@ -35,7 +35,7 @@ CASES = {"maskbench": SCHEMA, "any_order": ANY_ORDER}
 class Recorder:
     """A grammar proxy that records the tokens a walk accepts (and forgets rolled-back ones)."""
 
-    def __init__(self, grammar: Grammar) -> None:
+    def __init__(self, grammar: Matcher) -> None:
         self.grammar = grammar
         self.tokens: list[int] = []
 
@@ -58,19 +58,19 @@ def setup(case: str) -> tuple:
     """(info, compiled, a valid token path) for a case, built once."""
     info = load_tokenizer_info(str(TOKENIZERS / "llama3" / "tokenizer.model"))
     compiled = CompileService(info, UNHURRIED).compile(Constraint.of(Kind.JSON, CASES[case]))
-    rec = Recorder(Grammar(compiled, vocab_size=info.vocab_size))
+    rec = Recorder(Matcher(compiled, vocab_size=info.vocab_size))
     Walker(info).walk(rec)
     return info, compiled, tuple(rec.tokens)
 
 
-def fresh(case: str, advanced: int) -> Grammar:
+def fresh(case: str, advanced: int) -> Matcher:
     info, compiled, path = setup(case)
-    g = Grammar(compiled, vocab_size=info.vocab_size, stop_token_ids=list(info.stop_token_ids))
+    g = Matcher(compiled, vocab_size=info.vocab_size, stop_token_ids=list(info.stop_token_ids))
     assert g.accept_tokens(path[:advanced])
     return g
 
 
-def mask(g: Grammar) -> torch.Tensor:
+def mask(g: Matcher) -> torch.Tensor:
     bm = allocate_token_bitmask(1, g.vocab_size)
     g.fill_bitmask(bm, 0)
     return bm[0].clone()

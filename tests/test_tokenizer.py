@@ -52,7 +52,7 @@ def test_missing_path_is_an_error():
 def test_a_per_tokenizer_table_is_built_once_for_concurrent_callers(llama3_info):
     import threading
 
-    from tagjit.tokenizer import per_tokenizer
+    from tagjit.runtime.vocab import per_tokenizer
 
     builds: list[int] = []
     gate = threading.Barrier(4)

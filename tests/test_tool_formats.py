@@ -17,8 +17,10 @@ import json
 import jsonschema
 import pytest
 
-from tagjit import Constraint, Settings, bfcl
-from tagjit.tools import ToolFormat, build_tool_tag, format_names, load_format
+from tagjit.tools import bfcl
+from tagjit import Constraint, Settings
+from tagjit.tools import ToolFormat, format_names, load_format
+from tagjit.tools import build_tool_tag
 
 from shared_data import DATA
 from walk import format_closers

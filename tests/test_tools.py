@@ -12,8 +12,10 @@ import pytest
 
 from pools import UNHURRIED
 from tagjit import CompileService, Constraint, ConstraintError, Settings, UnsupportedFeatureError
-from tagjit import bfcl, tools
-from tagjit.tools import build_tool_tag, load_format
+from tagjit.tools import bfcl
+from tagjit import tools
+from tagjit.tools import build_tool_tag
+from tagjit.tools import load_format
 
 from shared_data import DATA
 
@@ -272,7 +274,7 @@ def test_the_per_tool_part_depends_only_on_format_tool_and_mode():
 @pytest.mark.parametrize("fmt", tools.format_names())
 @pytest.mark.parametrize("choice", ["required", "auto", "none", "get_weather"])
 def test_the_tag_text_is_the_canonical_json_of_the_tag(fmt, choice):
-    from tagjit.spec import compact_json
+    from tagjit.constraint import compact_json
 
     tool_list = [WEATHER, TIME, *bfcl.load_tools(DATA / "bfcl", strict=True)[:30]]
     for parallel in (True, False):

@@ -15,8 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tagjit import Constraint, ConstraintError, Settings
-from tagjit import xml_args
-from tagjit.tools import build_tool_tag, load_format, parse_format
+from tagjit.tools import xml_args
+from tagjit.tools import build_tool_tag
+from tagjit.tools import load_format, parse_format
 
 from shared_data import DATA
 from test_tool_formats import parse
@@ -162,7 +163,7 @@ def test_a_nullable_string_is_written_as_text(svc, hf_tokenizer):
 
 @pytest.mark.parametrize("fmt", ["qwen3_coder", "glm47", "deepseek_v4"])
 def test_every_bfcl_tool_gets_a_tag(fmt):
-    from tagjit import bfcl
+    from tagjit.tools import bfcl
 
     for tool in bfcl.load_tools(str(DATA / "bfcl"), 100000):
         assert build_tool_tag(fmt, [tool], "required", settings=Settings()) is not None

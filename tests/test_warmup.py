@@ -6,8 +6,8 @@ import pytest
 
 from pools import UNHURRIED
 from tagjit import CompileService, ConstraintError
-from tagjit.spec import Constraint, Kind
-from tagjit.warmup import load_warmup
+from tagjit.constraint import Constraint, Kind
+from tagjit.compile.warmup import load_warmup
 
 SCHEMA = {"type": "object", "properties": {"w": {"type": "integer"}}, "required": ["w"]}
 TOOL = {"type": "function", "function": {"name": "ping", "parameters": {

@@ -1,13 +1,13 @@
 """Whitespace between JSON tokens is bounded by default, and the bound is configurable."""
 
-from tagjit import CompileService, Grammar, Settings
-from tagjit.spec import Constraint, Kind
+from tagjit import CompileService, Matcher, Settings
+from tagjit.constraint import Constraint, Kind
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 
 
 def accepts(service: CompileService, text: str) -> bool:
-    g = Grammar(service.compile(Constraint.of(Kind.JSON, SCHEMA)), vocab_size=service.vocab_size)
+    g = Matcher(service.compile(Constraint.of(Kind.JSON, SCHEMA)), vocab_size=service.vocab_size)
     return g.accept_string(text) and g.is_completed()
 
 
@@ -34,11 +34,11 @@ def test_unbounded_when_configured(llama3_info):
 
 
 def test_json_object_requests_are_bounded_too(service):
-    g = Grammar(service.compile(Constraint.of(Kind.JSON_OBJECT, "")), vocab_size=service.vocab_size)
+    g = Matcher(service.compile(Constraint.of(Kind.JSON_OBJECT, "")), vocab_size=service.vocab_size)
     assert not (g.accept_string("{" + " " * 50 + "}") and g.is_completed())
 
 
 def test_structural_tag_json_content_is_bounded(service):
     tag = {"format": {"type": "json_schema", "json_schema": SCHEMA}}
-    g = Grammar(service.compile(Constraint.of(Kind.STRUCTURAL_TAG, tag)), vocab_size=service.vocab_size)
+    g = Matcher(service.compile(Constraint.of(Kind.STRUCTURAL_TAG, tag)), vocab_size=service.vocab_size)
     assert not (g.accept_string("{" + " " * 50 + '"a": 1}') and g.is_completed())

@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 import xgrammar as xgr
 
-from tagjit.grammar import Grammar, allocate_token_bitmask
+from tagjit.runtime.matcher import Matcher, allocate_token_bitmask
 
 DEFAULT_CLOSERS = ('"', "}", "]")
 MAX_REPEAT = 6  # deeper than any nesting in the test schemas; ends loops in free text
@@ -45,14 +45,14 @@ class Walker:
                 self._by_bytes.setdefault(b, []).append(i)
         self._longest = max(len(b) for b in self._by_bytes)
 
-    def allowed(self, grammar: Grammar) -> np.ndarray:
+    def allowed(self, grammar: Matcher) -> np.ndarray:
         """Token ids the grammar allows next."""
         grammar.fill_bitmask(self.bitmask, 0)
         row = self.bitmask[0].numpy().view(np.uint8)
         bits = np.unpackbits(row, bitorder="little")[: self.info.vocab_size]
         return np.nonzero(bits)[0]
 
-    def _accept_text(self, grammar: Grammar, text: bytes) -> int:
+    def _accept_text(self, grammar: Matcher, text: bytes) -> int:
         """Accept all of ``text`` as tokens (longest first); on failure roll back and return 0."""
         taken = 0
         pos = 0
@@ -74,7 +74,7 @@ class Walker:
             return (0, b == b"\n", -len(b), -t)
         return (1, b.strip() == b, len(b), -t)
 
-    def walk(self, grammar: Grammar, prefix: str = "", closers: Sequence[str] = DEFAULT_CLOSERS,
+    def walk(self, grammar: Matcher, prefix: str = "", closers: Sequence[str] = DEFAULT_CLOSERS,
              max_tokens: int = 3000) -> str:
         """Advance ``grammar`` from ``prefix`` to completion; return the whole generated text."""
         out = bytearray()
@@ -116,7 +116,7 @@ class Walker:
         raise WalkError(f"walk did not finish in {max_tokens} tokens: {out[-200:].decode(errors='replace')!r}")
 
 
-    def random_walk(self, grammar: Grammar, rng: random.Random, prefix: str = "",
+    def random_walk(self, grammar: Matcher, rng: random.Random, prefix: str = "",
                     closers: Sequence[str] = DEFAULT_CLOSERS, close_p: float = 0.3, stop_p: float = 0.5,
                     max_tokens: int = 1500) -> str:
         """A weak model: each step picks uniformly among allowed tokens, but with probability ``close_p``
@@ -151,7 +151,7 @@ class Walker:
         raise WalkError(f"walk did not finish in {max_tokens} tokens: {out[-200:].decode(errors='replace')!r}")
 
 
-def walk(grammar: Grammar, info: xgr.TokenizerInfo, prefix: str = "", closers: Sequence[str] = DEFAULT_CLOSERS,
+def walk(grammar: Matcher, info: xgr.TokenizerInfo, prefix: str = "", closers: Sequence[str] = DEFAULT_CLOSERS,
          max_tokens: int = 3000) -> str:
     """Generate a text from a grammar by a deterministic walk (see the module docstring)."""
     return Walker(info).walk(grammar, prefix, closers, max_tokens)

@@ -17,7 +17,7 @@ NAME = "tagjit"
 
 def register() -> None:
     """Add tagjit to SGLang's ``--grammar-backend`` choices and its grammar-backend registry."""
-    from tagjit import get_settings
+    from tagjit.engine import get_settings
 
     get_settings()  # a bad TAGJIT_* value stops the server here, naming the variable
     from sglang.srt.constrained.base_grammar_backend import register_grammar_backend

@@ -1,4 +1,4 @@
-"""tagjit as an SGLang grammar backend: SGLang's grammar objects over the core ``tagjit.Grammar``.
+"""tagjit as an SGLang grammar backend: SGLang's grammar objects over the core ``engine.Matcher``.
 
 Timing. SGLang parks a request whose grammar is not cached in its grammar queue until the
 grammar is ready, so the compile adds to time-to-first-token. This backend answers
@@ -28,11 +28,11 @@ from sglang.srt.constrained.base_grammar_backend import (
     _grammar_key_contains_nul,
 )
 
-import tagjit
-from tagjit import Constraint, ConstraintError, Kind, Settings
-from tagjit.jit import JitPolicy
+from tagjit import engine
+from tagjit.engine import Constraint, ConstraintError, Kind, Settings
+from tagjit.engine import JitPolicy
 
-from tagjit.bitmask import apply_token_bitmask_inplace as _apply_bitmask
+from tagjit.engine import apply_token_bitmask_inplace as _apply_bitmask
 
 log = logging.getLogger("tagjit.sglang")
 
@@ -69,9 +69,9 @@ def allocate_bitmask(vocab_size: int, batch_size: int) -> torch.Tensor:
 
 
 class TagjitGrammar(BaseGrammarObject):
-    """One request's grammar as SGLang's scheduler sees it; the state lives in ``tagjit.Grammar``."""
+    """One request's grammar as SGLang's scheduler sees it; the state lives in ``engine.Matcher``."""
 
-    def __init__(self, source: "tagjit.Compiled | Future[tagjit.Compiled]", backend: "TagjitGrammarBackend",
+    def __init__(self, source: "engine.Compiled | Future[engine.Compiled]", backend: "TagjitGrammarBackend",
                  reasoning: bool, key: Tuple[str, str], *, prompt_tokens: int = 0, jit: bool = False,
                  cache_hit: bool = False) -> None:
         super().__init__()
@@ -83,7 +83,7 @@ class TagjitGrammar(BaseGrammarObject):
         self.jit = jit
         self._arrived = time.perf_counter()
         self._first_fill = True
-        self.grammar = tagjit.Grammar(
+        self.grammar = engine.Matcher(
             source, vocab_size=backend.vocab_size, wait_timeout_s=backend.settings.compile_timeout_s,
             reasoning_end_ids=backend.think_end_ids if reasoning else None)
         self.grammar_stats = GrammarStats(dispatch_type=key[0], is_cache_hit=cache_hit)
@@ -92,7 +92,7 @@ class TagjitGrammar(BaseGrammarObject):
         """Gate on the think-end tokens only for requests that reason (SGLang's per-request flag)."""
         if reasoning != self.reasoning:
             self.reasoning = reasoning
-            self.grammar = tagjit.Grammar(
+            self.grammar = engine.Matcher(
                 self._source, vocab_size=self._backend.vocab_size,
                 wait_timeout_s=self._backend.settings.compile_timeout_s,
                 reasoning_end_ids=self._backend.think_end_ids if reasoning else None)
@@ -121,12 +121,24 @@ class TagjitGrammar(BaseGrammarObject):
 
     def fill_vocab_mask(self, vocab_mask: torch.Tensor, idx: int) -> None:
         """Write this request's allowed tokens into row idx (waits for a JIT compile)."""
+        self.matcher_for_fill().fill_bitmask(vocab_mask, idx)
+
+    @staticmethod
+    def fill_vocab_mask_batched(entries: List[Any], vocab_mask: torch.Tensor) -> None:
+        """Fill every listed row in one call (SGLang's mask step): xgrammar's batch matcher for plain grammars."""
+        ours = [e for e in entries if isinstance(e.grammar, TagjitGrammar)]
+        for e in entries:
+            if not isinstance(e.grammar, TagjitGrammar):
+                e.grammar.fill_vocab_mask(vocab_mask, e.row)
+        engine.fill_bitmasks([e.grammar.matcher_for_fill() for e in ours], vocab_mask, [e.row for e in ours])
+
+    def matcher_for_fill(self) -> engine.Matcher:
+        """The core matcher about to fill this request's row (its first fill teaches the JIT policy)."""
         if self._first_fill:
             self._first_fill = False
-            if self.jit and self.grammar.ready():
-                self._backend.policy.observe_prefill(self.prompt_tokens,
-                                                     (time.perf_counter() - self._arrived) * 1000)
-        self.grammar.fill_bitmask(vocab_mask, idx)
+            if self.jit:
+                self._backend.policy.observe_first_mask(self.grammar, self.prompt_tokens, self._arrived)
+        return self.grammar
 
     @staticmethod
     def reset_vocab_mask(vocab_mask: torch.Tensor) -> None:
@@ -164,14 +176,9 @@ class TagjitGrammarBackend(BaseGrammarBackend):
         super().__init__()
         self.settings = settings
         self.vocab_size = vocab_size
-        self.service = tagjit.service_for(tokenizer_info, settings)
+        self.service = engine.start_service(tokenizer_info, settings)
         self.policy = JitPolicy(settings)
         self.think_end_ids = list(think_end_ids) if think_end_ids else None
-        if settings.warmup_file:
-            from tagjit.warmup import load_warmup
-
-            n = self.service.warmup(load_warmup(settings.warmup_file))
-            log.info("tagjit: warmed up %d constraints from %s", n, settings.warmup_file)
 
     @classmethod
     def from_server_args(cls, server_args: Any, tokenizer: Any, vocab_size: int,
@@ -183,7 +190,7 @@ class TagjitGrammarBackend(BaseGrammarBackend):
                 raise ValueError(f"tagjit: tokenizer {type(tokenizer).__name__} is not supported by xgrammar")
         else:
             stops = sorted(eos_token_ids) if eos_token_ids else None
-            info = tagjit.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stops)
+            info = engine.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stops)
         return cls(info, vocab_size, settings_for(server_args), think_end_ids_for(server_args, tokenizer))
 
     # -- SGLang's grammar-manager protocol -------------------------------------------------------
@@ -292,13 +299,9 @@ def _serving(server_args: Any, name: str, default: Any = None) -> Any:
 
 def settings_for(server_args: Any) -> Settings:
     """tagjit settings from the environment, with SGLang's JSON whitespace options honoured."""
-    settings = tagjit.get_settings()
-    if _serving(server_args, "constrained_json_disable_any_whitespace", False):
-        return settings.replace(max_whitespace=0)
-    cnt = _serving(server_args, "constrained_json_max_whitespace_cnt", None)
-    if cnt is not None:
-        settings = settings.replace(max_whitespace=int(cnt))
-    return settings
+    return engine.get_settings().for_engine(
+        compact_json=bool(_serving(server_args, "constrained_json_disable_any_whitespace", False)),
+        max_whitespace=_serving(server_args, "constrained_json_max_whitespace_cnt", None))
 
 
 def think_end_ids_for(server_args: Any, tokenizer: Any) -> Optional[List[int]]:

@@ -66,7 +66,7 @@ class ToolTag(dict):
 
 def enabled() -> bool:
     """Whether the replacement is on (``TAGJIT_SGLANG_TOOLS=0`` turns it off)."""
-    from tagjit import get_settings
+    from tagjit.engine import get_settings
 
     return get_settings().sglang_tools
 
@@ -96,7 +96,7 @@ def server_format(serving: Any) -> str | None:
 
 
 def _resolve_format(parser: str, tokenizer: Any) -> str | None:
-    from tagjit.tools import format_for_parser, variant_for_vocab
+    from tagjit.engine import format_for_parser, variant_for_vocab
 
     fmt = format_for_parser(parser, "sglang")
     if fmt is None:
@@ -144,7 +144,7 @@ def around_structure_constraint(original: Callable, parser: Any, tool_choice: An
 def tool_tag(fmt_name: str, tools: list[dict], tool_choice: Any, parallel_tool_calls: bool, reasoning: bool,
              settings: Any) -> ToolTag | None:
     """tagjit's tag for a request SGLang constrains (ConstraintError, a ValueError, on bad tools)."""
-    from tagjit.tools import build_tool_tag
+    from tagjit.engine import build_tool_tag
 
     # SGLang has decided to constrain; tagjit's own auto-scope policy must not undo that.
     tag = build_tool_tag(fmt_name, tools, tool_choice, parallel_tool_calls, settings.replace(tool_scope="always"),

@@ -59,7 +59,7 @@ def _metrics_dir() -> str:
     try:
         from prometheus_client import REGISTRY
 
-        from tagjit.metrics import MergedCollector
+        from tagjit.engine import MergedCollector
 
         REGISTRY.register(MergedCollector(directory))
     except Exception:
@@ -82,7 +82,7 @@ def register() -> None:
     _installed = True
     if not _version_ok():
         return
-    from tagjit import get_settings
+    from tagjit.engine import get_settings
 
     settings = get_settings()  # a bad TAGJIT_* value stops vLLM here, naming the variable
     _route_logs()

@@ -1,4 +1,4 @@
-"""Route vLLM's token-bitmask application through ``tagjit.bitmask``, keeping vLLM's own as fallback.
+"""Route vLLM's token-bitmask application through ``tagjit.kernels``, keeping vLLM's own as fallback.
 
 Two patch points, both module attributes looked up at call time, so nothing else changes:
 
@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from tagjit.bitmask import apply_token_bitmask_inplace as tagjit_apply
-from tagjit.bitmask import apply_token_bitmask_rows_inplace as tagjit_apply_rows
+from tagjit.engine import apply_token_bitmask_inplace as tagjit_apply
+from tagjit.engine import apply_token_bitmask_rows_inplace as tagjit_apply_rows
 
 from . import patches
 from .patches import replace_attr

@@ -17,11 +17,11 @@ from vllm.v1.structured_output.backend_types import (
     StructuredOutputOptions,
 )
 
-import tagjit
-from tagjit.grammar import allocate_token_bitmask
-from tagjit.jit import JitPolicy
-from tagjit.metrics import SnapshotWriter
-from tagjit.spec import Constraint, Kind
+from tagjit import engine
+from tagjit.engine import allocate_token_bitmask
+from tagjit.engine import JitPolicy
+from tagjit.engine import SnapshotWriter
+from tagjit.engine import Constraint, Kind
 
 if TYPE_CHECKING:
     from vllm.v1.request import Request
@@ -38,20 +38,17 @@ KINDS: dict[StructuredOutputOptions, Kind] = {
 }
 
 
-def settings_for(vllm_config: Any) -> tagjit.Settings:
+def settings_for(vllm_config: Any) -> engine.Settings:
     """tagjit settings from the environment, with vLLM's disable_any_whitespace honoured."""
-    settings = tagjit.get_settings()
     so = getattr(vllm_config, "structured_outputs_config", None)
-    if so is not None and getattr(so, "disable_any_whitespace", False):
-        settings = settings.replace(max_whitespace=0)
-    return settings
+    return engine.get_settings().for_engine(compact_json=bool(getattr(so, "disable_any_whitespace", False)))
 
 
 @dataclass
 class TagjitGrammar(StructuredOutputGrammar):
-    """A request's grammar as vLLM sees it; every call goes to the core ``tagjit.Grammar``."""
+    """A request's grammar as vLLM sees it; every call goes to the core ``engine.Matcher``."""
 
-    grammar: tagjit.Grammar
+    grammar: engine.Matcher
     arrived: float = field(default_factory=time.perf_counter)
     prompt_tokens: int = 0
     policy: JitPolicy | None = None
@@ -86,11 +83,15 @@ class TagjitGrammar(StructuredOutputGrammar):
 
     def fill_bitmask(self, bitmask: torch.Tensor, batch_index: int) -> None:
         """Fill row batch_index of vLLM's CPU int32 bitmask."""
+        self.matcher_for_fill().fill_bitmask(bitmask, batch_index)
+
+    def matcher_for_fill(self) -> engine.Matcher:
+        """The core matcher about to fill this request's row (its first fill teaches the JIT policy)."""
         if self._first_fill:
             self._first_fill = False
-            if self.policy is not None and self.grammar.ready():
-                self.policy.observe_prefill(self.prompt_tokens, (time.perf_counter() - self.arrived) * 1000)
-        self.grammar.fill_bitmask(bitmask, batch_index)
+            if self.policy is not None:
+                self.policy.observe_first_mask(self.grammar, self.prompt_tokens, self.arrived)
+        return self.grammar
 
     def is_terminated(self) -> bool:
         """Whether a stop token ended the constrained output."""
@@ -116,7 +117,7 @@ class LimitedFuture(Future):
     def done(self) -> bool:
         """Whether the grammar (or its error) is there; past the limit, the limit error is."""
         if not super().done() and time.monotonic() >= self._deadline:
-            self.settle(error=tagjit.CompileLimitError(
+            self.settle(error=engine.CompileLimitError(
                 f"grammar did not compile within {self.limit_s:g} s (TAGJIT_COMPILE_TIMEOUT_S)"))
         return super().done()
 
@@ -137,16 +138,11 @@ class TagjitBackend(StructuredOutputBackend):
 
     def __post_init__(self) -> None:
         self.settings = settings_for(self.vllm_config)
-        info = tagjit.from_huggingface(self.tokenizer, vocab_size=self.vocab_size)
-        self.service = tagjit.service_for(info, self.settings)
+        info = engine.from_huggingface(self.tokenizer, vocab_size=self.vocab_size)
+        self.service = engine.start_service(info, self.settings)
         self.policy = JitPolicy(self.settings)
         metrics_dir = os.environ.get("TAGJIT_METRICS_DIR")
         self._metrics = SnapshotWriter(metrics_dir).start() if metrics_dir and os.path.isdir(metrics_dir) else None
-        if self.settings.warmup_file:
-            from tagjit.warmup import load_warmup
-
-            n = self.service.warmup(load_warmup(self.settings.warmup_file))
-            log.info("tagjit: warmed up %d constraints from %s", n, self.settings.warmup_file)
 
     def constraint(self, request_type: StructuredOutputOptions, grammar_spec: str) -> Constraint:
         """The core constraint for a vLLM request type and spec."""
@@ -181,7 +177,7 @@ class TagjitBackend(StructuredOutputBackend):
             if error is not None:
                 out.settle(error=error)
             else:
-                out.settle(TagjitGrammar(tagjit.Grammar(f.result(), stop_token_ids=stops,
+                out.settle(TagjitGrammar(engine.Matcher(f.result(), stop_token_ids=stops,
                                                         vocab_size=self.service.vocab_size)))
 
         self.service.submit(c).add_done_callback(done)

@@ -43,7 +43,7 @@ _FORMAT_ATTR = "_tagjit_format"
 
 def active() -> bool:
     """Whether tagjit is this process's structured-outputs backend (``TAGJIT_VLLM_TOOLS=0`` turns the hook off)."""
-    from tagjit import get_settings
+    from tagjit.engine import get_settings
 
     if not get_settings().vllm_tools:
         return False
@@ -85,7 +85,7 @@ def _patch_get_parser() -> None:
 
 def mark_parser(parser_cls: Any, tool_parser_name: str) -> str | None:
     """Record on a composed parser class the tagjit format of its tool parser; returns its name."""
-    from tagjit.tools import format_for_parser
+    from tagjit.engine import format_for_parser
 
     fmt = format_for_parser(tool_parser_name, "vllm")
     if fmt is None or getattr(parser_cls, "tool_parser_cls", None) is None:
@@ -120,7 +120,7 @@ def _patch_apply_structural_tag() -> None:
 
 def _variant(fmt_name: str, tool_parser: Any) -> str:
     """The format for this model's vocabulary (e.g. Mistral v11+ when it has [ARGS])."""
-    from tagjit.tools import load_format, variant_for_vocab
+    from tagjit.engine import load_format, variant_for_vocab
 
     try:
         vocab = tool_parser.vocab
@@ -165,10 +165,11 @@ def apply_tool_tag(fmt_name: str, request: Any, fallback: Any, strict_level: Any
         _dump_tool_for_xgrammar,
     )
 
-    from tagjit import ConstraintError
-    from tagjit.compiler import trust
-    from tagjit.spec import Constraint, Kind
-    from tagjit.tools import build_tool_tag_json, load_format
+    from tagjit.engine import ConstraintError
+    from tagjit.engine import trust
+    from tagjit.engine import Constraint, Kind
+    from tagjit.engine import build_tool_tag_json
+    from tagjit.engine import load_format
 
     choice = _dump_tool_choice_for_xgrammar(request.tool_choice)
     if isinstance(choice, dict) and choice.get("type") not in (None, "function"):

@@ -8,10 +8,10 @@ import sys
 import time
 from typing import Sequence
 
-from .errors import ConstraintError
-from .grammars import build_grammar, rule_count
-from .settings import get_settings
-from .spec import Constraint, Kind
+from tagjit.errors import ConstraintError
+from tagjit.build.grammars import build_grammar, rule_count
+from tagjit.settings import get_settings
+from tagjit.constraint import Constraint, Kind
 
 EXIT_BAD_CONSTRAINT = 2
 
@@ -25,7 +25,7 @@ def _read(path: str) -> str:
 
 def _constraint(args: argparse.Namespace) -> Constraint:
     if getattr(args, "tools", None):
-        from . import tools
+        from tagjit import tools
 
         fmt = tools.load_format(args.format)
         tool_list = json.loads(_read(args.tools))
@@ -62,8 +62,8 @@ def _add_constraint_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_compile(args: argparse.Namespace) -> int:
     """Print the compiled grammar (EBNF), its size and compile time."""
-    from .compiler import CompileService
-    from .tokenizer import load_tokenizer_info
+    from tagjit.compile.service import CompileService
+    from tagjit.runtime.vocab import load_tokenizer_info
 
     c = _constraint(args)
     info = load_tokenizer_info(args.tokenizer)
@@ -90,8 +90,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Print accept/reject for each stdin line (a tool-call text is a JSON string literal per line)."""
-    from .compiler import CompileService
-    from .tokenizer import load_tokenizer_info
+    from tagjit.compile.service import CompileService
+    from tagjit.runtime.vocab import load_tokenizer_info
 
     c = _constraint(args)
     info = load_tokenizer_info(args.tokenizer)
@@ -101,7 +101,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     except ConstraintError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_CONSTRAINT
-    from .grammar import Grammar
+    from tagjit.runtime.matcher import Matcher
 
     quoted = bool(args.tools) or args.json_lines
     data = sys.stdin.buffer.read()
@@ -118,7 +118,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             payload: bytes = text.encode("utf-8") if isinstance(text, str) else b"\xff"
         else:
             payload = raw
-        g = Grammar(compiled, vocab_size=info.vocab_size)
+        g = Matcher(compiled, vocab_size=info.vocab_size)
         ok = g.accept_string(payload) and g.is_completed()
         print("accept" if ok else "reject")
     return 0
@@ -126,8 +126,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_lint(args: argparse.Namespace) -> int:
     """Print property-order findings for a schema; exit 1 if there are any."""
-    from .lint import lint_schema
-    from .schema import parse_schema
+    from tagjit.schema.lint import lint_schema
+    from tagjit.schema.check import parse_schema
 
     try:
         schema = parse_schema(_read(args.schema))

@@ -64,6 +64,14 @@ class Settings:
         for f in dataclasses.fields(self):
             _check(f.name, f.type, getattr(self, f.name))
 
+    def for_engine(self, *, compact_json: bool = False, max_whitespace: int | None = None) -> "Settings":
+        """These settings under an engine's JSON whitespace options (compact JSON wins over a bound)."""
+        if compact_json:
+            return self.replace(max_whitespace=0)
+        if max_whitespace is not None:
+            return self.replace(max_whitespace=int(max_whitespace))
+        return self
+
     def replace(self, **changes: Any) -> "Settings":
         """Return a copy with some fields changed."""
         return dataclasses.replace(self, **changes)

@@ -196,3 +196,32 @@ def tagjit_tool_tag(fmt: str, tools: list[dict], tool_choice: str, call_text: st
 
     tag = build_tool_tag(fmt, tools, tool_choice)
     return walk({"structural_tag": json.dumps(tag)}, call_text)
+
+
+def batched_fill(constraints: list[dict], advance: list[str]) -> dict:
+    """SGLang's batched mask step over tagjit grammars vs one fill per row, and how many core fill calls it made."""
+    import tagjit.engine
+
+    grammars = []
+    for i, (constraint, text) in enumerate(zip(constraints, advance)):
+        g = S.ready(S.manager(), S.request(f"b{i}", **constraint))
+        for t in S.encode(text):
+            g.accept_token(t)
+        grammars.append(g)
+    calls = []
+    original = tagjit.engine.fill_bitmasks
+
+    def counting(matchers, bitmask, rows):
+        calls.append(len(matchers))
+        return original(matchers, bitmask, rows)
+
+    tagjit.engine.fill_bitmasks = counting
+    try:
+        batched = S.mask_rows(grammars)
+    finally:
+        tagjit.engine.fill_bitmasks = original
+    single = grammars[0].allocate_vocab_mask(vocab_size=S.MODEL_VOCAB, batch_size=len(grammars), device="cpu")
+    for i, g in enumerate(grammars):
+        g.fill_vocab_mask(single, i)
+    return {"equal": bool(torch.equal(batched, single)), "calls": calls,
+            "constrained_rows": int((batched != -1).any(dim=1).sum())}

@@ -46,7 +46,7 @@ def scheduler():
 
 def bfcl_tools(n: int) -> list[dict]:
     """The first n BFCL functions as OpenAI tools (tagjit's converter)."""
-    from tagjit.bfcl import load_tools
+    from tagjit.tools.bfcl import load_tools
 
     return load_tools(str(DATA / "bfcl"), count=n)
 
@@ -127,6 +127,13 @@ def test_rejected_token_raises_value_error(scheduler):
 def test_masks_equal_sglang_xgrammar_backend_at_every_step(scheduler, constraint, text):
     r = scheduler("masks_vs_xgrammar", constraint, text, 8)
     assert r["steps"] > 3 and r["differing"] == [] and r["both_terminated"]
+
+
+def test_a_mask_step_fills_every_tagjit_row_in_one_core_call_with_the_per_row_masks(scheduler):
+    constraints = [{"json_schema": json.dumps(OBJECT)}, {"regex": r"[a-z]+@[a-z]+\.(com|org)"},
+                   {"json_schema": json.dumps(OBJECT)}]
+    r = scheduler("batched_fill", constraints, ["", "ada@", '{"city": "Os'])
+    assert r["equal"] and r["calls"] == [3] and r["constrained_rows"] == 3
 
 
 def test_sglang_grammar_mask_apply_matches_xgrammar(scheduler):

@@ -23,8 +23,10 @@ pytest.importorskip("sglang.srt.function_call.function_call_parser",
                     reason="SGLang is not installed here (run in .venv-sglang: scripts/setup_sglang.sh)")
 import jsonschema  # noqa: E402
 
-from tagjit import Constraint, Settings, bfcl, get_settings  # noqa: E402
-from tagjit.tools import build_tool_tag, format_for_parser, format_names, load_format  # noqa: E402
+from tagjit.tools import bfcl
+from tagjit import Constraint, Settings, get_settings  # noqa: E402
+from tagjit.tools import build_tool_tag
+from tagjit.tools import format_for_parser, format_names, load_format  # noqa: E402
 from walk import format_closers  # noqa: E402
 
 pytestmark = pytest.mark.sglang

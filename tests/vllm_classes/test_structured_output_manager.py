@@ -57,7 +57,7 @@ def request(config: Any, manager: Any, request_id: str, backend: str | None = No
 def reference_mask(reference: Any, **constraint: Any) -> np.ndarray:
     """The first token bitmask row tagjit computes for a constraint, as vLLM's numpy int32 row."""
     import tagjit
-    from tagjit.spec import Constraint
+    from tagjit.constraint import Constraint
 
     kind, source = next(iter(constraint.items()))
     bitmask = tagjit.allocate_token_bitmask(1, VOCAB_SIZE)
@@ -109,6 +109,25 @@ def test_grammar_bitmask_rows_equal_the_masks_tagjit_computes(config, manager, r
         expected = reference_mask(reference, **constraints[rid])
         assert np.array_equal(bitmask[row], expected), rid
         assert (expected != -1).any()  # the constraint does restrict the first token
+
+
+def test_grammar_bitmask_fills_a_steps_tagjit_rows_in_one_core_call(config, manager, monkeypatch):
+    import tagjit.engine
+
+    calls = []
+    original = tagjit.engine.fill_bitmasks
+
+    def counting(matchers, bitmask, rows):
+        calls.append(list(rows))
+        return original(matchers, bitmask, rows)
+
+    monkeypatch.setattr(tagjit.engine, "fill_bitmasks", counting)
+    requests = {f"r-{i}": request(config, manager, f"r-{i}", json=WEATHER) for i in range(5)}
+    for req in requests.values():
+        manager.grammar_init(req)
+    bitmask = manager.grammar_bitmask(requests, list(requests), {})
+    assert calls == [[0, 1, 2, 3, 4]]
+    assert all(np.array_equal(bitmask[0], row) for row in bitmask)
 
 
 @latch

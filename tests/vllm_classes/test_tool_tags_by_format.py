@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from shared_data import TOKENIZERS
-from tagjit.tools import build_tool_tag_json, format_for_parser, format_names, load_format
+from tagjit.tools import build_tool_tag_json
+from tagjit.tools import format_for_parser, format_names, load_format
 
 pytest.importorskip("vllm")
 

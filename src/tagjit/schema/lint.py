@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from tagjit.schema.keywords import children, escape, resolve
+
 DECISION_BEFORE_REASONING = "decision-before-reasoning"
 SORTED_PROPERTIES = "sorted-properties"
 
@@ -106,21 +108,12 @@ def _decision_type(schema: dict) -> bool:
 
 
 def _resolve(root: dict, node: Any, depth: int = 0) -> Any:
-    while isinstance(node, dict) and isinstance(node.get("$ref"), str) and node["$ref"].startswith("#") and depth < 16:
-        target: Any = root
-        for part in node["$ref"][1:].split("/")[1:]:
-            part = part.replace("~1", "/").replace("~0", "~")
-            target = target.get(part) if isinstance(target, dict) else None
-        if target is None:
+    while isinstance(node, dict) and isinstance(node.get("$ref"), str) and depth < 16:
+        try:
+            node, depth = resolve(root, node["$ref"]), depth + 1
+        except LookupError:
             return node
-        node, depth = target, depth + 1
     return node
-
-
-_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
-_VALUES = ("items", "additionalProperties", "unevaluatedProperties", "additionalItems", "contains",
-           "not", "if", "then", "else")
 
 
 def _objects(node: Any, path: str, seen: set[int]) -> Iterator[tuple[str, dict]]:
@@ -129,21 +122,5 @@ def _objects(node: Any, path: str, seen: set[int]) -> Iterator[tuple[str, dict]]
     seen.add(id(node))
     if isinstance(node.get("properties"), dict):
         yield path, node
-    for key in _MAPS:
-        sub = node.get(key)
-        if isinstance(sub, dict):
-            for name, child in sub.items():
-                yield from _objects(child, f"{path}/{key}/{_escape(str(name))}", seen)
-    for key in _LISTS:
-        sub = node.get(key)
-        if isinstance(sub, list):
-            for i, child in enumerate(sub):
-                yield from _objects(child, f"{path}/{key}/{i}", seen)
-    for key in _VALUES:
-        sub = node.get(key)
-        if isinstance(sub, dict):
-            yield from _objects(sub, f"{path}/{key}", seen)
-
-
-def _escape(part: str) -> str:
-    return part.replace("~", "~0").replace("/", "~1")
+    for parts, child in children(node):
+        yield from _objects(child, path + "".join(f"/{escape(str(p))}" for p in parts), seen)

@@ -12,14 +12,16 @@ from typing import Sequence
 
 import xgrammar as xgr
 
-from . import any_order, composite, metrics
-from .cache import DiskCache, LRUCache
-from .errors import CompileLimitError, ConstraintError
-from .grammar import Compiled, Grammar
-from .grammars import build_grammar, legacy_to_format
-from .settings import Settings, get_settings
-from .spec import Constraint, Kind
-from .tokenizer import fingerprint
+from tagjit import anyorder as any_order
+from tagjit.compile import composite
+from tagjit import metrics
+from tagjit.compile.cache import DiskCache, LRUCache
+from tagjit.errors import CompileLimitError, ConstraintError
+from tagjit.runtime.matcher import Compiled, Matcher
+from tagjit.build.grammars import build_grammar, legacy_to_format
+from tagjit.settings import Settings, get_settings
+from tagjit.constraint import Constraint, Kind
+from tagjit.runtime.vocab import fingerprint
 
 log = logging.getLogger("tagjit")
 FORMAT_VERSION = "1"
@@ -239,15 +241,15 @@ class CompileService:
 
     # -- grammars for requests ---------------------------------------------------------------
     def grammar(self, constraint: Constraint, stop_token_ids: Sequence[int] | None = None,
-                reasoning_end_ids: Sequence[int] | None = None) -> Grammar:
+                reasoning_end_ids: Sequence[int] | None = None) -> Matcher:
         """A ready grammar for one request (blocks until compiled; raises ConstraintError)."""
-        return Grammar(self.compile(constraint), stop_token_ids=stop_token_ids, vocab_size=self.vocab_size,
+        return Matcher(self.compile(constraint), stop_token_ids=stop_token_ids, vocab_size=self.vocab_size,
                        reasoning_end_ids=reasoning_end_ids)
 
     def jit_grammar(self, constraint: Constraint, stop_token_ids: Sequence[int] | None = None,
-                    reasoning_end_ids: Sequence[int] | None = None) -> Grammar:
+                    reasoning_end_ids: Sequence[int] | None = None) -> Matcher:
         """A grammar that compiles in the background; its first mask waits for what is missing."""
-        return Grammar(self.submit(constraint), stop_token_ids=stop_token_ids, vocab_size=self.vocab_size,
+        return Matcher(self.submit(constraint), stop_token_ids=stop_token_ids, vocab_size=self.vocab_size,
                        wait_timeout_s=self.settings.compile_timeout_s, reasoning_end_ids=reasoning_end_ids)
 
     def warmup(self, constraints: Sequence[Constraint]) -> int:
@@ -336,6 +338,17 @@ def service_for(tokenizer_info: xgr.TokenizerInfo, settings: Settings | None = N
         return svc
 
 
+def start_service(tokenizer_info: xgr.TokenizerInfo, settings: Settings) -> CompileService:
+    """An engine's compile service, warmed up from ``TAGJIT_WARMUP`` (already compiled entries are cache hits)."""
+    service = service_for(tokenizer_info, settings)
+    if settings.warmup_file:
+        from tagjit.compile.warmup import load_warmup
+
+        n = service.warmup(load_warmup(settings.warmup_file, settings))
+        log.info("tagjit: warmed up %d constraints from %s", n, settings.warmup_file)
+    return service
+
+
 def grammar_salt(settings: Settings) -> str:
     """What besides the constraint decides its grammar: tagjit's and xgrammar's versions and the grammar settings."""
     return "|".join([FORMAT_VERSION, XGRAMMAR_VERSION, str(settings.max_whitespace), str(settings.strict_mode),
@@ -376,7 +389,7 @@ def lint_constraint(constraint: Constraint) -> list:
     """Log and count property-order findings of a JSON-schema constraint (never raises)."""
     if constraint.kind is not Kind.JSON:
         return []
-    from .lint import lint_schema
+    from tagjit.schema.lint import lint_schema
 
     try:
         findings = lint_schema(constraint.parsed())

@@ -1,4 +1,4 @@
-"""JSON Schema checks: validity, and the features tagjit cannot enforce (named, never dropped)."""
+"""Normalisation: equivalent (or stricter, never looser) forms of a checked schema that xgrammar enforces exactly."""
 
 from __future__ import annotations
 
@@ -7,273 +7,10 @@ from functools import cached_property
 from typing import Any, Iterator
 
 import jsonschema
-from jsonschema.exceptions import SchemaError
 
-from .cache import bounded_memo
-from .errors import CompileLimitError, ConstraintError, UnsupportedFeatureError
-from .metaschema import quick_valid
-from .settings import get_settings
+from tagjit.errors import ConstraintError, UnsupportedFeatureError
+from tagjit.schema.keywords import KEYS, LISTS, MAPS, PASSIVE, TYPE_KEYWORDS, VALUES, path_text, resolve, subschemas
 
-# Formats xgrammar's converter turns into exact grammars.
-SUPPORTED_FORMATS = frozenset({
-    "email", "date", "time", "date-time", "duration", "ipv4", "ipv6", "hostname", "uuid",
-    "uri", "uri-reference", "uri-template", "json-pointer", "relative-json-pointer",
-})
-
-# Keywords with no effect on the accepted text.
-_ANNOTATIONS = frozenset({
-    "title", "description", "default", "examples", "example", "$comment", "deprecated",
-    "readOnly", "writeOnly", "$schema", "$id", "id", "$anchor", "contentMediaType",
-    "contentEncoding", "contentSchema", "markdownDescription", "errorMessage", "x-any-order",
-})
-
-# Keywords whose constraint xgrammar does not enforce (it would accept text the schema forbids).
-_UNSUPPORTED = ("not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
-                "contains", "minContains", "maxContains", "$dynamicRef", "$recursiveRef",
-                "unevaluatedItems")
-
-# Keywords that only constrain instances of one JSON type (xgrammar ignores them on a node without "type").
-_TYPE_KEYWORDS = {
-    "string": ("minLength", "maxLength", "pattern", "format"),
-    "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
-    "object": ("properties", "required", "additionalProperties", "patternProperties", "minProperties",
-               "maxProperties", "propertyNames", "unevaluatedProperties"),
-    "array": ("items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "contains"),
-}
-# Keywords that are not constraints on the node's own value (kept aside when combining schemas).
-_PASSIVE = _ANNOTATIONS | {"$defs", "definitions"}
-
-MAX_DEPTH = 128
-# xgrammar compiles a JSON enum value by value: 10k values take ~6 s with a 128k vocabulary, 100k
-# more than two minutes (the compile keeps a core busy after the request's time limit has passed).
-MAX_ENUM_VALUES = 4096
-
-
-def parse_schema(source: str | dict | bool) -> dict | bool:
-    """Parse a schema from text, rejecting invalid JSON and absurd nesting with a clear reason."""
-    if isinstance(source, (dict, bool)):
-        return source
-    try:
-        schema = json.loads(source)
-    except RecursionError:
-        raise ConstraintError(f"JSON schema nests deeper than {MAX_DEPTH} levels") from None
-    except json.JSONDecodeError as e:
-        raise ConstraintError(f"JSON schema is not valid JSON: {e}") from None
-    if not isinstance(schema, (dict, bool)):
-        raise ConstraintError(f"JSON schema must be an object or a boolean, not {type(schema).__name__}")
-    return schema
-
-
-def prepare_schema(schema: dict | bool) -> dict | bool:
-    """Check a schema and return its normalised form (see normalize_schema), which xgrammar enforces exactly."""
-    if isinstance(schema, bool):
-        return schema
-    _check_validity(schema)
-    try:
-        normalized = normalize_schema(schema)
-    except RecursionError:
-        raise ConstraintError(f"JSON schema nests deeper than {MAX_DEPTH} levels") from None
-    if isinstance(normalized, dict):
-        for node, path in _subschemas(normalized):
-            if not _CHECKED.isdisjoint(node):
-                problem = _node_problem(node)
-                if problem is not None:
-                    raise UnsupportedFeatureError(problem, _where(path))
-    return normalized
-
-
-# A parsed, normalised schema takes 3-6 times its JSON text in Python objects (measured on BFCL and
-# JSONSchemaBench); 8 keeps the estimate on the safe side.
-@bounded_memo(lambda: get_settings().memo_bytes, lambda args, _value: 8 * len(args[0]))
-def prepared(text: str) -> Any:
-    """``prepare_schema`` of a schema given as its ``spec.compact_json`` text, once per distinct text (key order kept).
-
-    Tool sets repeat the same tools in new combinations and each check costs about a millisecond,
-    so the tool-tag builder and the tag validation share this one memo. The result is shared:
-    do not mutate it.
-    """
-    return prepare_schema(json.loads(text))
-
-
-def _check_validity(schema: dict) -> None:
-    if _scan(schema):  # _check_text walks again, in its order, for the error and its path
-        _check_text(schema, "#")
-    if quick_valid(schema):
-        return
-    try:
-        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-        cls.check_schema(schema)
-    except SchemaError as e:
-        path = "/".join(str(p) for p in e.absolute_path)
-        raise ConstraintError(f"invalid JSON schema at '/{path}': {e.message}") from None
-    except RecursionError:
-        raise ConstraintError(f"JSON schema nests deeper than {MAX_DEPTH} levels") from None
-
-
-def _scan(schema: dict) -> bool:
-    """Raise if the schema nests deeper than MAX_DEPTH; whether _check_text would refuse it (no paths built)."""
-    found = False
-    stack: list[tuple[Any, int]] = [(schema, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if not node:
-            continue
-        if depth >= MAX_DEPTH:  # a non-empty container here has a value deeper than MAX_DEPTH
-            raise ConstraintError(f"JSON schema nests deeper than {MAX_DEPTH} levels")
-        depth += 1
-        if isinstance(node, dict):
-            enum = node.get("enum")
-            if isinstance(enum, list) and len(enum) > MAX_ENUM_VALUES:
-                found = True
-            for k, v in node.items():
-                if isinstance(k, str) and not k.isascii() and has_lone_surrogate(k):
-                    found = True
-                if isinstance(v, str):
-                    if not v.isascii() and has_lone_surrogate(v):
-                        found = True
-                elif isinstance(v, (dict, list)):
-                    stack.append((v, depth))
-        else:
-            for v in node:
-                if isinstance(v, str):
-                    if not v.isascii() and has_lone_surrogate(v):
-                        found = True
-                elif isinstance(v, (dict, list)):
-                    stack.append((v, depth))
-    return found
-
-
-def _check_text(node: Any, where: str) -> None:
-    """Refuse lone surrogates (not Unicode text; they cannot be encoded for the grammar) and huge enums."""
-    if isinstance(node, str):
-        if has_lone_surrogate(node):
-            raise ConstraintError(f"JSON schema at '{where}' contains a lone UTF-16 surrogate, which is not "
-                                  "valid Unicode")
-    elif isinstance(node, dict):
-        enum = node.get("enum")
-        if isinstance(enum, list) and len(enum) > MAX_ENUM_VALUES:
-            raise CompileLimitError(f"JSON schema at '{where}' has an enum of {len(enum)} values, more than "
-                                    f"tagjit's limit of {MAX_ENUM_VALUES}")
-        for k, v in node.items():
-            _check_text(k, where)
-            _check_text(v, f"{where}/{k}")
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            _check_text(v, f"{where}/{i}")
-
-
-def has_lone_surrogate(text: str) -> bool:
-    """Whether a Python string holds a UTF-16 surrogate code point (from a lone \\uD800-style escape)."""
-    try:
-        text.encode("utf-8")
-        return False
-    except UnicodeEncodeError:
-        return True
-
-
-def _types(node: dict) -> set[str]:
-    t = node.get("type")
-    if isinstance(t, str):
-        return {t}
-    if isinstance(t, list):
-        return {x for x in t if isinstance(x, str)}
-    return set()
-
-
-def _node_problem(node: dict) -> str | None:
-    """The first feature of one (normalised) schema node that tagjit cannot enforce, or None."""
-    for kw in _UNSUPPORTED:
-        if kw in node:
-            return kw
-    types = _types(node)
-    if node.get("uniqueItems") is True:
-        return "uniqueItems"
-    if "multipleOf" in node:  # normalize_schema removed the forms that mean "an integer"
-        return "multipleOf"
-    fmt = node.get("format")
-    if isinstance(fmt, str) and fmt not in SUPPORTED_FORMATS and (not types or "string" in types):
-        return f"format: {fmt}"
-    if ("pattern" in node or "format" in node) and ("minLength" in node or "maxLength" in node):
-        return "minLength/maxLength together with pattern or format"
-    ref = node.get("$ref")
-    if isinstance(ref, str) and not ref.startswith("#"):
-        return f"$ref to an external document ({ref})"
-    if isinstance(node.get("allOf"), list) and len(node["allOf"]) > 1:
-        return "allOf with more than one branch"
-    if "pattern" in node and "format" in node:
-        return "pattern together with format"
-    pattern_props = node.get("patternProperties")
-    if isinstance(pattern_props, dict) and pattern_props:
-        if "properties" in node:
-            return "patternProperties together with properties"
-        if len(pattern_props) > 1:
-            return "more than one patternProperties entry"
-    if "propertyNames" in node:
-        if "properties" in node or "patternProperties" in node:
-            return "propertyNames together with properties"
-        if node.get("unevaluatedProperties", True) is not True:
-            return "propertyNames together with unevaluatedProperties"
-    return None
-
-
-# A node with none of these keys has no problem _node_problem could report.
-_CHECKED = frozenset({*_UNSUPPORTED, "uniqueItems", "multipleOf", "format", "pattern", "$ref", "allOf",
-                      "patternProperties", "propertyNames"})
-
-
-_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
-_SCHEMA_VALUES = ("items", "additionalProperties", "unevaluatedProperties", "propertyNames",
-                  "additionalItems", "contains", "not", "if", "then", "else")
-
-
-_SCHEMA_KEYS = frozenset({*_SCHEMA_MAPS, *_SCHEMA_LISTS, *_SCHEMA_VALUES})
-
-# A subschema's location, rendered by _where only when an error or an anchor needs it: the root's
-# text, or (parent path, part, ...).
-_Path = str | tuple
-
-
-def _where(path: _Path) -> str:
-    """The '#/a/b' text of a _Path."""
-    parts: list[Any] = []
-    while not isinstance(path, str):
-        parts.extend(reversed(path[1:]))
-        path = path[0]
-    parts.reverse()
-    return path + "".join(f"/{p}" for p in parts)
-
-
-def _subschemas(root: Any, where: str = "#") -> Iterator[tuple[dict, _Path]]:
-    """Every schema node under root (itself first), depth-first in keyword order, with its path."""
-    if not isinstance(root, dict):
-        return
-    stack: list[tuple[dict, _Path]] = [(root, where)]
-    while stack:
-        node, path = stack.pop()
-        yield node, path
-        if _SCHEMA_KEYS.isdisjoint(node):
-            continue
-        children: list[tuple[dict, _Path]] = []
-        for key in _SCHEMA_MAPS:
-            sub = node.get(key)
-            if isinstance(sub, dict):
-                children += [(child, (path, key, name)) for name, child in sub.items() if isinstance(child, dict)]
-        for key in _SCHEMA_LISTS:
-            sub = node.get(key)
-            if isinstance(sub, list):
-                children += [(child, (path, key, i)) for i, child in enumerate(sub) if isinstance(child, dict)]
-        for key in _SCHEMA_VALUES:
-            sub = node.get(key)
-            if isinstance(sub, dict):
-                children.append((sub, (path, key)))
-            elif key == "items" and isinstance(sub, list):
-                children += [(child, (path, key, i)) for i, child in enumerate(sub) if isinstance(child, dict)]
-        children.reverse()
-        stack += children
-
-
-# -- normalisation: equivalent (or stricter, never looser) forms that xgrammar enforces exactly ---------
 
 def normalize_schema(schema: dict | bool) -> dict | bool:
     """Rewrite a checked schema so that every constraint in it is one xgrammar enforces (never loosened).
@@ -330,7 +67,7 @@ class _Normalizer:
             raise UnsupportedFeatureError("anyOf together with oneOf", where)
         if combinators:
             n = self._distribute(n, combinators[0], where)
-        if not _SCHEMA_KEYS.isdisjoint(n):  # most nodes are leaves
+        if not KEYS.isdisjoint(n):  # most nodes are leaves
             self._children(n, where)
         if combinators and combinators[0] == "oneOf":
             n["oneOf"] = self._one_of(n["oneOf"], where)
@@ -341,18 +78,18 @@ class _Normalizer:
         return self._filter_enum(n, where)
 
     def _children(self, n: dict, where: str) -> None:
-        for key in _SCHEMA_MAPS:
+        for key in MAPS:
             if isinstance(n.get(key), dict):
                 n[key] = {name: self.node(child, f"{where}/{key}/{name}") for name, child in n[key].items()}
-        for key in _SCHEMA_LISTS:
+        for key in LISTS:
             if isinstance(n.get(key), list):
                 n[key] = [self.node(child, f"{where}/{key}/{i}") for i, child in enumerate(n[key])]
-        for key in _SCHEMA_VALUES:
+        for key in VALUES:
             if isinstance(n.get(key), dict):
                 n[key] = self.node(n[key], f"{where}/{key}")
 
     def _distribute(self, n: dict, comb: str, where: str) -> dict:
-        siblings = {k: v for k, v in n.items() if k not in _PASSIVE and k != comb}
+        siblings = {k: v for k, v in n.items() if k not in PASSIVE and k != comb}
         if not siblings:
             return n
         branches = []
@@ -387,7 +124,7 @@ class _Normalizer:
         key = "const" if "const" in n else "enum" if isinstance(n.get("enum"), list) else None
         if key is None:
             return n
-        rest = {k: v for k, v in n.items() if k not in _PASSIVE and k not in ("enum", "const")}
+        rest = {k: v for k, v in n.items() if k not in PASSIVE and k not in ("enum", "const")}
         if not rest:
             return n
         values = [n["const"]] if key == "const" else n["enum"]
@@ -396,7 +133,7 @@ class _Normalizer:
         if not kept:
             raise ConstraintError(f"JSON schema at '{where}' accepts no value: no {key} value satisfies its "
                                   f"other keywords ({', '.join(rest)})")
-        out = {k: v for k, v in n.items() if k in _PASSIVE}
+        out = {k: v for k, v in n.items() if k in PASSIVE}
         if key == "const":
             out["const"] = kept[0]
         else:
@@ -474,7 +211,7 @@ class _Normalizer:
                 out[k] = vb
                 continue
             va = out[k]
-            if va == vb or k in _PASSIVE:
+            if va == vb or k in PASSIVE:
                 continue
             merged = self._merge_keyword(k, va, vb, where)
             if merged is False and k in ("type", "enum", "const"):
@@ -551,14 +288,10 @@ class _Normalizer:
         ref = self._anchor_paths.get(ref, ref)
         if not ref.startswith("#"):
             raise UnsupportedFeatureError(f"$ref to an external document ({ref})", where)
-        node: Any = self.root
-        for part in ref[1:].split("/")[1:] if ref != "#" else []:
-            part = part.replace("~1", "/").replace("~0", "~")
-            try:
-                node = node[int(part)] if isinstance(node, list) else node[part]
-            except (KeyError, IndexError, ValueError, TypeError):
-                raise ConstraintError(f"JSON schema at '{where}': $ref {ref!r} does not resolve") from None
-        return node
+        try:
+            return resolve(self.root, ref)
+        except LookupError:
+            raise ConstraintError(f"JSON schema at '{where}': $ref {ref!r} does not resolve") from None
 
 
 _OBJECT_SHAPE = ("properties", "additionalProperties", "required", "patternProperties")
@@ -599,7 +332,7 @@ def _draft4(n: dict) -> dict:
 def _infer_type(n: dict) -> None:
     if "type" in n or any(k in n for k in ("enum", "const", "$ref", "anyOf", "oneOf", "allOf", "not")):
         return
-    types = [t for t, kws in _TYPE_KEYWORDS.items() if any(k in n for k in kws)]
+    types = [t for t, kws in TYPE_KEYWORDS.items() if any(k in n for k in kws)]
     if types:  # only those types: stricter than JSON Schema (other types pass), never looser
         n["type"] = types[0] if len(types) == 1 else types
 
@@ -694,14 +427,14 @@ def _discriminator(views: list) -> str | None:
 
 def _anchors(node: Any, where: str) -> Iterator[tuple[str, str]]:
     """Plain-name fragments (draft-4 ``id: "#name"``, ``$id``, ``$anchor``) and their JSON pointers."""
-    for sub, path in _subschemas(node, where):
+    for sub, path in subschemas(node, where):
         if _ANCHOR_KEYS.isdisjoint(sub):
             continue
         for key in ("id", "$id"):
             if isinstance(sub.get(key), str) and sub[key].startswith("#") and len(sub[key]) > 1:
-                yield sub[key], _where(path)
+                yield sub[key], path_text(path)
         if isinstance(sub.get("$anchor"), str):
-            yield "#" + sub["$anchor"], _where(path)
+            yield "#" + sub["$anchor"], path_text(path)
 
 
 _ANCHOR_KEYS = frozenset({"id", "$id", "$anchor"})

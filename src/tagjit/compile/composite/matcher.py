@@ -1,376 +1,17 @@
-"""Tool-call structural tags compiled per part, so a new combination of known tools compiles in little time.
-
-xgrammar compiles a structural tag as one grammar and reuses nothing across combinations: the same 200
-tools in another order, or 199 of them, cost a full compile (~0.5 s with a 150k vocabulary), and most of
-that cost is the begin literals with the tool names. A tag of the tool-call shape (a tree of ``sequence``,
-``or``, ``tags_with_separator`` and ``const_string`` whose leaves are ``tag`` nodes) is split here into:
-
-- the *outer* language: every literal (begins, ends, separators, constants) as a small automaton that
-  tagjit runs itself. It needs no compile: its masks come from a sorted index of the vocabulary and are
-  memoised per automaton state;
-- one xgrammar grammar per tag content (a *unit*), compiled once and cached under an order-preserving
-  key, so the same tool in any other combination is a cache hit.
-
-Contents must be JSON-style schemas (with regexes and constants around them, as for ``{index}`` formats);
-XML argument styles, raw grammars and free text keep the whole-tag compile (``plan`` returns None).
-
-A composite matcher runs the automaton until a begin literal completes, then that tag's unit matcher
-until it completes, then the automaton again. A token may straddle a boundary (``": {"``, ``"}}"``): the
-mask there is the union of the current part's own mask and the tokens ``a + b`` where the current part
-accepts ``a`` and completes and the next part accepts ``b``. Where the split of a token between parts
-could be ambiguous the matcher switches, exactly, to the full grammar (compiled then) and replays.
-"""
+"""Compiled composites: units, the composite grammar, and the matcher that runs literals and units in turn."""
 
 from __future__ import annotations
 
-import re
 import threading
-from bisect import bisect_left
-from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 import xgrammar as xgr
+from tagjit.compile.composite.plan import Ambiguous, FINAL, Plan
+from tagjit.compile.composite.vocab import LEX_CLASSES, VocabIndex, lex
 
-from .spec import compact_json
-from .tokenizer import per_tokenizer, token_bytes
-
-# Node types of the outer tree.
-_OUTER_TYPES = {"sequence", "or", "tags_with_separator", "const_string", "tag"}
-_JSON_CLOSERS = {"object": b"}", "array": b"]", "string": b'"'}
-_FINAL = (-1, 0)
-
-
-class Ambiguous(Exception):
-    """A token could be split between parts in more than one way: the full grammar decides."""
-
-
-# -- planning: the vocabulary-independent split ---------------------------------------------------
-
-@dataclass
-class Plan:
-    """The outer automaton (edges labelled by literals or unit holes) and the unit tags it refers to."""
-
-    edge_src: list[int] = field(default_factory=list)
-    edge_lit: list[bytes | None] = field(default_factory=list)  # None: a hole
-    edge_dst: list[int] = field(default_factory=list)
-    edge_unit: list[int] = field(default_factory=list)  # unit index of a hole, else -1
-    out: list[list[int]] = field(default_factory=list)
-    final: int = 0
-    units: list[str] = field(default_factory=list)  # unit formats as compact JSON, one per distinct unit
-    unit_last: list[bytes | None] = field(default_factory=list)  # bytes a complete unit can end with (None: any)
-    unit_nested: list[bool] = field(default_factory=list)  # a bare JSON object/array: completes at depth 0
-    begins: list[bytes] = field(default_factory=list)
-
-    def node(self) -> int:
-        self.out.append([])
-        return len(self.out) - 1
-
-    def edge(self, src: int, lit: bytes | None, dst: int, unit: int = -1) -> None:
-        self.edge_src.append(src)
-        self.edge_lit.append(lit)
-        self.edge_dst.append(dst)
-        self.edge_unit.append(unit)
-        self.out[src].append(len(self.edge_lit) - 1)
-
-
-def plan(fmt: Any) -> Plan | None:
-    """Split a structural-tag format into outer automaton and units, or None if it does not fit.
-
-    Contents are taken as given (their schemas are checked when a unit compiles), so a unit's key is
-    that of the request's own text and a known tool costs no schema work.
-    """
-    p = Plan()
-    unit_index: dict[str, int] = {}
-    start = p.node()
-    p.final = p.node()
-    try:
-        _build(fmt, start, p.final, p, unit_index)
-    except _NoFit:
-        return None
-    if not p.units or not _begins_prefix_free(p.begins):
-        return None
-    return p
-
-
-class _NoFit(Exception):
-    pass
-
-
-def _lit(value: Any) -> bytes:
-    if not isinstance(value, str):
-        raise _NoFit
-    return value.encode("utf-8")
-
-
-def _build(node: Any, src: int, dst: int, p: Plan, units: dict[str, int]) -> None:
-    if not isinstance(node, dict) or node.get("type") not in _OUTER_TYPES:
-        raise _NoFit
-    kind = node["type"]
-    if kind == "const_string":
-        p.edge(src, _lit(node.get("value")), dst)
-    elif kind == "sequence":
-        elements = node.get("elements")
-        if not isinstance(elements, list) or not elements:
-            raise _NoFit
-        cur = src
-        for i, el in enumerate(elements):
-            nxt = dst if i == len(elements) - 1 else p.node()
-            _build(el, cur, nxt, p, units)
-            cur = nxt
-    elif kind == "or":
-        elements = node.get("elements")
-        if not isinstance(elements, list) or not elements:
-            raise _NoFit
-        for el in elements:
-            _build(el, src, dst, p, units)
-    elif kind == "tag":
-        _build_tag(node, src, dst, p, units)
-    else:
-        _build_tws(node, src, dst, p, units)
-
-
-def _build_tws(node: dict, src: int, dst: int, p: Plan, units: dict[str, int]) -> None:
-    tags = node.get("tags")
-    if not isinstance(tags, list) or not tags or set(node) - {"type", "tags", "separator", "at_least_one",
-                                                               "stop_after_first"}:
-        raise _NoFit
-    sep = _lit(node.get("separator", ""))
-    at_least_one = bool(node.get("at_least_one", False))
-    single = bool(node.get("stop_after_first", False))
-    parts = []
-    for tag in tags:
-        if not isinstance(tag, dict) or tag.get("type") != "tag":
-            raise _NoFit
-        parts.append(_tag_parts(tag, p, units))
-    loop = p.node()
-    for part in parts:
-        _tag_edges(part, src, loop, p)
-    p.edge(loop, b"", dst)
-    if not single:
-        again = p.node()
-        p.edge(loop, sep, again)
-        for part in parts:
-            _tag_edges(part, again, loop, p)
-    if not at_least_one:
-        p.edge(src, b"", dst)
-
-
-def _build_tag(node: dict, src: int, dst: int, p: Plan, units: dict[str, int]) -> None:
-    _tag_edges(_tag_parts(node, p, units), src, dst, p)
-
-
-def _tag_parts(node: dict, p: Plan, units: dict[str, int]) -> tuple[bytes, int, list[bytes]]:
-    """(begin, unit index, end literals left in the outer automaton) of one tag."""
-    if set(node) - {"type", "begin", "content", "end"}:
-        raise _NoFit
-    begin = _lit(node.get("begin"))
-    end = node.get("end", "")
-    ends = [_lit(e) for e in end] if isinstance(end, list) else [_lit(end)]
-    content = node.get("content")
-    if not begin or not ends or not isinstance(content, dict) or _has_forbidden(content):
-        raise _NoFit
-    last = _json_closer(content)
-    if last is not None or len(ends) != 1 or not ends[0]:
-        # The unit is the content alone; the end literal(s) stay in the outer automaton.
-        unit_tag, tail = content, ends
-    else:
-        # Content and end compile together, so xgrammar settles where the content stops.
-        unit_tag = {"type": "sequence", "elements": [content, {"type": "const_string", "value": end}]}
-        tail, last = [b""], ends[0][-1:]
-    text = compact_json(unit_tag)
-    u = units.get(text)
-    if u is None:
-        u = units[text] = len(p.units)
-        p.units.append(text)
-        p.unit_nested.append(tail is ends and last in (b"}", b"]"))
-        p.unit_last.append(last)
-    p.begins.append(begin)
-    return begin, u, tail
-
-
-def _tag_edges(part: tuple[bytes, int, list[bytes]], src: int, dst: int, p: Plan) -> None:
-    begin, u, tail = part
-    mid, after = p.node(), p.node()
-    p.edge(src, begin, mid)
-    p.edge(mid, None, after, unit=u)
-    for e in tail:
-        p.edge(after, e, dst)
-
-
-def _json_closer(content: dict) -> bytes | None:
-    """The last byte of any complete value of a JSON-style content whose top-level type is fixed."""
-    if content.get("type") != "json_schema" or content.get("style", "json") != "json":
-        return None
-    schema = content.get("json_schema")
-    if isinstance(schema, dict) and isinstance(schema.get("type"), str):
-        return _JSON_CLOSERS.get(schema["type"])
-    return None
-
-
-def _has_forbidden(node: Any) -> bool:
-    """Whether a content holds anything but JSON-style schemas, regexes and constants.
-
-    Free text and nested tags belong to the outer language; XML argument styles and raw grammars are
-    left to the whole-tag compile because each would carry its own copy of heavy shared rules
-    (seconds per tool in xgrammar 0.2.8), where the whole tag shares them.
-    """
-    if isinstance(node, list):
-        return any(_has_forbidden(x) for x in node)
-    if not isinstance(node, dict):
-        return True
-    kind = node.get("type")
-    if kind == "json_schema":
-        return node.get("style", "json") != "json"
-    if kind in ("regex", "const_string"):
-        return False
-    if kind == "sequence":
-        return _has_forbidden(node.get("elements"))
-    return True
-
-
-def _begins_prefix_free(begins: list[bytes]) -> bool:
-    distinct = sorted(set(begins))
-    return all(not b.startswith(a) for a, b in zip(distinct, distinct[1:]))
-
-
-# -- the vocabulary index ------------------------------------------------------------------------
-
-class VocabIndex:
-    """A tokenizer's non-special tokens sorted by bytes (prefix ranges by bisection) and split tables."""
-
-    def __init__(self, info: xgr.TokenizerInfo) -> None:
-        vocab = token_bytes(info)
-        special = set(info.special_token_ids)
-        by: dict[bytes, list[int]] = {}
-        self.vocab = [b""] * info.vocab_size  # b"" for special tokens
-        for i, b in enumerate(vocab[: info.vocab_size]):
-            if b and i not in special:
-                by.setdefault(b, []).append(i)
-                self.vocab[i] = b
-        self.by_bytes = by
-        self.keys = sorted(by)
-        self.vocab_size = info.vocab_size
-        self.words = (info.vocab_size + 31) // 32
-        self.stop_ids = list(info.stop_token_ids)
-        self.single = [by[bytes([c])][0] if bytes([c]) in by else -1 for c in range(256)]
-        single = np.array(self.single, dtype=np.int64)
-        # Bytes with a one-byte token, those tokens' mask words and bits: a unit's first bytes in one numpy step.
-        self.single_bytes = np.flatnonzero(single >= 0)
-        self.single_words = single[self.single_bytes] >> 5
-        self.single_bits = (single[self.single_bytes] & 31).astype(np.uint32)
-        self.no_single = [c for c in range(256) if self.single[c] < 0]
-        self._exits: dict[tuple[bytes | None, frozenset[int]], tuple[np.ndarray, ...]] = {}
-        self._lock = threading.Lock()
-
-    def bytes_of(self, token: int) -> bytes:
-        """A token's bytes (b'' for special and unknown tokens)."""
-        return self.vocab[token] if 0 <= token < len(self.vocab) else b""
-
-    def with_prefix(self, prefix: bytes) -> list[bytes]:
-        """Token byte strings that start with prefix (including prefix itself)."""
-        lo = bisect_left(self.keys, prefix)
-        upper = _successor(prefix)
-        hi = len(self.keys) if upper is None else bisect_left(self.keys, upper, lo)
-        return self.keys[lo:hi]
-
-    def has_prefix(self, prefix: bytes) -> bool:
-        """Whether any token starts with prefix."""
-        i = bisect_left(self.keys, prefix)
-        return i < len(self.keys) and self.keys[i].startswith(prefix)
-
-    def longest_token_prefix(self, data: bytes) -> int:
-        """Id of the longest non-empty prefix of data that is a token (-1 if none)."""
-        for n in range(len(data), 0, -1):
-            ids = self.by_bytes.get(data[:n])
-            if ids:
-                return ids[0]
-        return -1
-
-    def exit_table(self, last: bytes | None, follow: frozenset[int]) -> tuple[np.ndarray, ...]:
-        """Split points for unit exits: token ids, splits, ids of the longest token prefix of the left part,
-        and the left part's effect on JSON nesting from each lexer start (see ``_lex_effects``).
-
-        A token ``t`` may end a unit at ``k`` only if ``t[k-1]`` can end the unit (``last``; None: any
-        byte) and ``t[k]`` can follow it (``follow``).
-        """
-        key = (last, follow)
-        with self._lock:
-            hit = self._exits.get(key)
-        if hit is not None:
-            return hit
-        if not follow:
-            return (np.zeros(0, dtype=np.int64),) * 3 + (np.zeros((0, 3, 3), dtype=np.int64),)
-        tids, splits, pids, effects = [], [], [], []
-        wanted = re.compile(b"[" + b"".join(re.escape(bytes([c])) for c in sorted(follow)) + b"]")
-        for b, ids in self.by_bytes.items():
-            if len(b) < 2 or not wanted.search(b, 1) or (last is not None and last not in b[:-1]):
-                continue
-            for k in range(1, len(b)):
-                if b[k] in follow and (last is None or b[k - 1] == last[0]):
-                    pid = self.longest_token_prefix(b[:k])
-                    if pid < 0:
-                        continue
-                    effect = _lex_effects(b[:k])
-                    for t in ids:
-                        tids.append(t)
-                        splits.append(k)
-                        pids.append(pid)
-                        effects.append(effect)
-        table = (np.array(tids, dtype=np.int64), np.array(splits, dtype=np.int64), np.array(pids, dtype=np.int64),
-                 np.array(effects, dtype=np.int64).reshape(-1, 3, 3))
-        with self._lock:
-            self._exits[key] = table
-        return table
-
-
-# A JSON lexer state: (depth, inside a string, after a backslash in a string). Classes of start states:
-_LEX_CLASSES = ((False, False), (True, False), (True, True))
-
-
-def _lex(state: tuple[int, bool, bool], data: bytes) -> tuple[int, bool, bool]:
-    depth, in_str, esc = state
-    for c in data:
-        if in_str:
-            if esc:
-                esc = False
-            elif c == 0x5C:
-                esc = True
-            elif c == 0x22:
-                in_str = False
-        elif c == 0x22:
-            in_str = True
-        elif c in (0x7B, 0x5B):
-            depth += 1
-        elif c in (0x7D, 0x5D):
-            depth -= 1
-    return depth, in_str, esc
-
-
-def _lex_effects(data: bytes) -> list[list[int]]:
-    """Per start class: [depth change, lowest depth change before the last byte, ends outside a string]."""
-    out = []
-    for in_str, esc in _LEX_CLASSES:
-        state, low = (0, in_str, esc), 1 << 20
-        for i in range(len(data) - 1):
-            state = _lex(state, data[i:i + 1])
-            low = min(low, state[0])
-        state = _lex(state, data[-1:])
-        out.append([state[0], low, int(not state[1])])
-    return out
-
-
-def _successor(prefix: bytes) -> bytes | None:
-    stripped = prefix.rstrip(b"\xff")
-    if not stripped:
-        return None
-    return stripped[:-1] + bytes([stripped[-1] + 1])
-
-
-def vocab_index(info: xgr.TokenizerInfo) -> VocabIndex:
-    """The vocabulary index of a tokenizer, built once."""
-    return per_tokenizer(info, "composite.vocab_index", VocabIndex)
 
 
 # -- compiled parts ------------------------------------------------------------------------------
@@ -434,7 +75,7 @@ class CompositeGrammar:
         while todo:
             n = todo.pop()
             if n == p.final:
-                out.add(_FINAL)
+                out.add(FINAL)
             for e in p.out[n]:
                 lit = p.edge_lit[e]
                 if lit == b"":
@@ -459,7 +100,7 @@ class CompositeGrammar:
         self._state_ids[positions] = sid
         self._states.append(positions)
         self._trans.append({})
-        self._meta.append((holes[0] if holes else -1, _FINAL in positions, nxt))
+        self._meta.append((holes[0] if holes else -1, FINAL in positions, nxt))
         return sid
 
     def step(self, sid: int, byte: int) -> int:
@@ -615,7 +256,7 @@ class _Frame:
 
     def stepped(self, data: bytes) -> None:
         if self.lex is not None:
-            self.lex.append(_lex(self.lex[-1], data))
+            self.lex.append(lex(self.lex[-1], data))
 
 
 class CompositeMatcher:
@@ -823,7 +464,7 @@ class CompositeMatcher:
         if frame.lex is not None:
             # A bare JSON object/array completes where its nesting first returns to zero.
             depth, in_str, esc = frame.lex[-1]
-            cls = _LEX_CLASSES.index((in_str, esc if in_str else False))
+            cls = LEX_CLASSES.index((in_str, esc if in_str else False))
             sel_key = (u, frame.edge, cls, depth)
             sel = g._exit_sel.get(sel_key)
             if sel is None:
@@ -874,8 +515,3 @@ def _clear(row: np.ndarray, ids: Sequence[int]) -> None:
     for t in ids:
         if t < row.size * 32:
             row[t >> 5] &= ~np.uint32(1 << (t & 31))
-
-
-
-__all__ = ["Plan", "plan", "VocabIndex", "vocab_index", "Unit", "make_unit", "CompositeGrammar",
-           "CompositeMatcher", "Ambiguous"]

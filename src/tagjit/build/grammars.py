@@ -8,12 +8,13 @@ from typing import Any
 
 import xgrammar as xgr
 
-from . import schema as schema_mod
-from . import any_order
-from .ebnf import TAG_WHITESPACE_BOUND, Built, ebnf_string
-from .errors import CompileLimitError, ConstraintError
-from .settings import Settings
-from .spec import Constraint, Kind, compact_json
+from tagjit import schema as schema_mod
+from tagjit import anyorder as any_order
+from tagjit.build.ebnf import TAG_WHITESPACE_BOUND, Built, ebnf_string
+from tagjit.errors import CompileLimitError, ConstraintError
+from tagjit.settings import Settings
+from tagjit.constraint import Constraint, Kind, compact_json
+from tagjit.build.printed import fix_string_lengths
 
 def build_grammar(constraint: Constraint, settings: Settings) -> Built:
     """Build the xgrammar Grammar for a constraint, raising ConstraintError with the reason."""
@@ -37,30 +38,6 @@ def json_schema_grammar(schema: dict | bool, settings: Settings) -> Built:
     return Built(fix_string_lengths(xgr.Grammar.from_json_schema(
         json.dumps(schema), strict_mode=settings.strict_mode, **whitespace_options(settings))))
 
-
-# xgrammar 0.2.8 writes a string with minLength/maxLength as "\"" X{min,max} "\"" with this rule for X:
-# any character but quote, backslash, CR and LF. It forbids every escape (\" \n \u00e9: valid JSON)
-# and allows raw control characters such as TAB (invalid JSON).
-_XGR_LENGTH_CHAR = r'(([^\"\\\r\n]))'
-# One decoded character of a JSON string: a raw character other than quote, backslash and U+0000-U+001F,
-# a two-character escape, a \u escape of a non-surrogate, or a surrogate pair (one character).
-# Lone surrogates are left out: they are not Unicode text.
-_HEX = "[0-9A-Fa-f]"
-_JSON_CHAR = (r'(([^\"\\\0-\x1f]) | ("\\" [\"\\/bfnrt])'
-              rf' | ("\\u" (([0-9A-Ca-cE-Fe-f] {_HEX}) | ([Dd] [0-7])) {_HEX} {_HEX})'
-              rf' | ("\\u" [Dd] [89ABab] {_HEX} {_HEX} "\\u" [Dd] [C-Fc-f] {_HEX} {_HEX}))')
-
-
-def fix_string_lengths(grammar: xgr.Grammar) -> xgr.Grammar:
-    """Make every length-bounded JSON string rule count decoded characters (escapes allowed, controls not)."""
-    text = str(grammar)
-    if _XGR_LENGTH_CHAR not in text:
-        return grammar
-    lines = []
-    for line in text.splitlines():
-        name, sep, body = line.partition(" ::= ")
-        lines.append(f"{name}{sep}{_JSON_CHAR}" if sep and body == _XGR_LENGTH_CHAR else line)
-    return xgr.Grammar.from_ebnf("\n".join(lines), root_rule_name="root")
 
 
 def whitespace_options(settings: Settings) -> dict[str, Any]:

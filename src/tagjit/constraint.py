@@ -8,9 +8,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .cache import bounded_memo
-from .errors import ConstraintError
-from .settings import get_settings
+from tagjit.compile.cache import bounded_memo
+from tagjit.errors import ConstraintError
+from tagjit.settings import get_settings
 
 _JSON_KINDS = ("json", "choice", "structural_tag")
 _CHEAP_KEY_CHARS = 8192  # a parse and a dump of this much JSON takes ~0.1 ms

@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .errors import ConstraintError
-from .settings import Settings, get_settings
-from .spec import Constraint, Kind
+from tagjit.errors import ConstraintError
+from tagjit.settings import Settings, get_settings
+from tagjit.constraint import Constraint, Kind
 
 
 def load_warmup(path: str, settings: Settings | None = None) -> list[Constraint]:
@@ -37,7 +37,7 @@ def warmup_constraints(data: Any, settings: Settings) -> list[Constraint]:
     out = [Constraint.of(Kind.JSON, s) for s in data.get("schemas", [])]
     out += [Constraint.of(Kind.REGEX, r) for r in data.get("regexes", [])]
     for entry in data.get("tools", []):
-        from . import tools
+        from tagjit import tools
 
         tag = tools.build_tool_tag(tools.load_format(entry.get("format", "hermes")), entry["tools"],
                                    entry.get("tool_choice", "required"),

@@ -1,6 +1,6 @@
 """Triton kernel that applies packed int32 token bitmasks to logits in place.
 
-Imported lazily by ``tagjit.bitmask`` (Triton is optional). The kernel is jitted on first use and
+Imported lazily by ``tagjit.kernels`` (Triton is optional). The kernel is jitted on first use and
 again if ``TRITON_INTERPRET`` changes, so tests can run it on CPU tensors under the interpreter.
 """
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ from typing import Any, Protocol, Sequence
 import torch
 import xgrammar as xgr
 
-from . import metrics
+from tagjit import metrics
 
 log = logging.getLogger("tagjit")
 
@@ -43,7 +44,7 @@ class FilterSpec(Protocol):
 
 
 class MatcherLike(Protocol):
-    """What ``Grammar`` drives: an ``xgr.GrammarMatcher`` or a composite matcher (``composite.py``)."""
+    """What ``Matcher`` drives: an ``xgr.GrammarMatcher`` or a composite matcher (``composite.py``)."""
 
     def accept_token(self, token_id: int) -> bool: ...
 
@@ -65,7 +66,7 @@ class Compiled:
     """A compiled constraint, shared (read-only) by every request that uses it.
 
     ``grammar`` is xgrammar's compiled grammar, or None when the constraint was compiled in parts
-    (``composite``, a ``tagjit.composite.CompositeGrammar``): always make matchers with ``new_matcher``.
+    (``composite``, a ``tagjit.compile.composite.CompositeGrammar``): always make matchers with ``new_matcher``.
     """
 
     grammar: xgr.CompiledGrammar | None
@@ -91,7 +92,7 @@ class Compiled:
         return xgr.GrammarMatcher(self.grammar, override_stop_tokens=stop_token_ids)
 
 
-class Grammar:
+class Matcher:
     """A request's position in its constraint.
 
     Built from a finished ``Compiled`` or from a ``Future`` of one (JIT): then nothing blocks
@@ -150,9 +151,9 @@ class Grammar:
         self._filter = spec.new(compiled.tokenizer_info) if spec is not None else None
         return self._matcher
 
-    def copy(self) -> "Grammar":
+    def copy(self) -> "Matcher":
         """A fresh, un-advanced grammar over the same compiled constraint."""
-        return Grammar(self._source, stop_token_ids=self._stop_token_ids, vocab_size=self.vocab_size,
+        return Matcher(self._source, stop_token_ids=self._stop_token_ids, vocab_size=self.vocab_size,
                        wait_timeout_s=self._wait_timeout_s, reasoning_end_ids=self._reasoning_end)
 
     # -- advancing ---------------------------------------------------------------------------
@@ -250,20 +251,25 @@ class Grammar:
     # -- masks -------------------------------------------------------------------------------
     def fill_bitmask(self, bitmask: torch.Tensor, index: int) -> None:
         """Write the allowed-token bitmask (bit set = allowed) into row index."""
+        fill_bitmasks((self,), bitmask, (index,))
+
+    def _plain_or_fill(self, bitmask: torch.Tensor, index: int) -> xgr.GrammarMatcher | None:
+        """The xgrammar matcher whose own mask is this row's (for a batched fill), or None after filling the row."""
         if self._reasoning_progress >= 0:
             bitmask[index].fill_(-1)
-            return
+            return None
         matcher = self._ensure()
-        start = time.perf_counter()
         if matcher is None:
             bitmask[index].fill_(0)
             for t in self._stop_token_ids or ():
                 bitmask[index, t // 32] |= _bit(t % 32)
-            return
+            return None
+        if self._filter is None and type(matcher) is xgr.GrammarMatcher:
+            return matcher
         matcher.fill_next_token_bitmask(bitmask, index)
         if self._filter is not None:
             self._filter.restrict(bitmask, index)
-        metrics.MASK_FILL_US.observe((time.perf_counter() - start) * 1e6)
+        return None
 
     def is_terminated(self) -> bool:
         """Whether a stop token ended the constrained output."""
@@ -278,6 +284,40 @@ class Grammar:
     def in_reasoning(self) -> bool:
         """Whether the output is still inside the free reasoning section."""
         return self._reasoning_progress >= 0
+
+
+_batch_matchers: dict[int, xgr.BatchGrammarMatcher] = {}
+
+
+def fill_bitmasks(matchers: Sequence[Matcher], bitmask: torch.Tensor, indices: Sequence[int]) -> None:
+    """Fill row ``indices[i]`` for ``matchers[i]``, every plain grammar in one xgrammar batch call (its threads).
+
+    Composite and any-order matchers, reasoning sections and failed compiles fill their rows one by one; a JIT
+    matcher waits for its compile first. One timer per call: the fill metric is the mean time per row.
+    """
+    start = time.perf_counter()
+    plain: list[xgr.GrammarMatcher] = []
+    rows: list[int] = []
+    for m, index in zip(matchers, indices):
+        inner = m._plain_or_fill(bitmask, index)
+        if inner is not None:
+            plain.append(inner)
+            rows.append(index)
+    if len(plain) == 1:
+        plain[0].fill_next_token_bitmask(bitmask, rows[0])
+    elif plain:
+        _batch_matcher().batch_fill_next_token_bitmask(plain, bitmask, rows)
+    if matchers:
+        metrics.MASK_FILL_US.observe((time.perf_counter() - start) * 1e6 / len(matchers))
+
+
+def _batch_matcher() -> xgr.BatchGrammarMatcher:
+    # One per filling thread: xgrammar's batch matcher owns a thread pool and is not meant to be shared.
+    key = threading.get_ident()
+    batch = _batch_matchers.get(key)
+    if batch is None:
+        batch = _batch_matchers[key] = xgr.BatchGrammarMatcher()
+    return batch
 
 
 def _bit(i: int) -> int:
@@ -298,4 +338,4 @@ def allowed_tokens(bitmask: torch.Tensor, index: int, vocab_size: int) -> list[i
     return np.nonzero(bits)[0].tolist()
 
 
-__all__ = ["Compiled", "Grammar", "MatcherLike", "TokenFilter", "FilterSpec", "allocate_token_bitmask", "allowed_tokens"]
+__all__ = ["Compiled", "Matcher", "fill_bitmasks", "MatcherLike", "TokenFilter", "FilterSpec", "allocate_token_bitmask", "allowed_tokens"]

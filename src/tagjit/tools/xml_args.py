@@ -24,18 +24,20 @@ bounded by ``settings.max_whitespace``.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Mapping
 
 import xgrammar as xgr
 
-from .cache import bounded_memo
-from .errors import ConstraintError, UnsupportedFeatureError
-from .ebnf import ebnf_string
-from .grammars import json_schema_grammar
-from .settings import Settings, get_settings
+from tagjit.compile.cache import bounded_memo
+from tagjit.errors import ConstraintError, UnsupportedFeatureError
+from tagjit.build.ebnf import char_class, ebnf_string
+from tagjit.build.grammars import json_schema_grammar
+from tagjit.settings import Settings, get_settings
+from tagjit.build.printed import (bound_numbers, ebnf_admits, json_string_shape, regex_patterns,
+                                  string_literals, without_lt)
+from tagjit.schema.keywords import ANNOTATIONS, TYPE_KEYWORDS
 
 WS = r"\s*"  # in a forbidden pattern: any run of whitespace (the parsers' regex \s*)
 
@@ -80,21 +82,15 @@ _REFUSED_ON_TEXT = {"anyOf", "oneOf", "allOf", "$ref", "not", "if", "then", "els
 _OBJECT_REFUSED = {"anyOf", "oneOf", "allOf", "$ref", "not", "if", "then", "else", "patternProperties",
                    "minProperties", "maxProperties", "propertyNames", "dependentRequired", "dependentSchemas",
                    "dependencies"}
-_ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
-                "writeOnly", "$schema", "$id", "contentMediaType", "contentEncoding"}
 _TYPE_ALIASES = {"str": "string", "text": "string", "varchar": "string", "char": "string", "enum": "string",
                  "int": "integer", "int32": "integer", "int64": "integer", "uint": "integer",
                  "uint32": "integer", "uint64": "integer", "long": "integer", "short": "integer",
                  "unsigned": "integer", "float": "number", "float32": "number", "float64": "number",
                  "double": "number", "bool": "boolean", "dict": "object", "arr": "array", "list": "array",
                  "sequence": "array"}
-_OTHER_TYPE_KEYWORDS = {"properties", "required", "additionalProperties", "patternProperties", "minProperties",
-                        "maxProperties", "items", "prefixItems", "minItems", "maxItems", "uniqueItems",
-                        "contains", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
-_TYPE_KEYWORDS = {
-    "integer": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"},
-    "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"},
-}
+# Keywords of the types a text value is not (a value may still be read as a number).
+_OTHER_TYPE_KEYWORDS = frozenset(k for t, kws in TYPE_KEYWORDS.items() if t != "string" for k in kws)
+_NUMBER_KEYWORDS = {"integer": set(TYPE_KEYWORDS["number"]), "number": set(TYPE_KEYWORDS["number"])}
 
 
 def style(name: str, overrides: Mapping[str, Any] | None = None) -> XmlStyle:
@@ -260,49 +256,12 @@ class _Avoider:
                 if "WS" in classes:
                     chars |= set(self.ws_extra)
                 if "OTHER" in classes:
-                    body = _char_class(specials - chars, negated=True)
+                    body = char_class(specials - chars, negated=True)
                 else:
-                    body = _char_class(chars, negated=False)
+                    body = char_class(chars, negated=False)
                 alts.append(f"({body} {prefix}_{t})")
             lines.append(f"{prefix}_{k} ::= " + " | ".join(alts))
         return "\n".join(lines)
-
-
-def _char_class(chars: set[str], negated: bool) -> str:
-    """A character class; a negated one is written as the positive ranges of its complement, because
-    xgrammar 0.2.7 (SGLang's pin) mishandles negated classes holding non-ASCII characters (it accepts
-    U+0085 from a class that excludes it, and some such classes fail to compile)."""
-    ranges: list[tuple[int, int]] = []
-    for c in sorted(ord(ch) for ch in chars):
-        if ranges and ranges[-1][1] == c - 1:
-            ranges[-1] = (ranges[-1][0], c)
-        else:
-            ranges.append((c, c))
-    if negated:
-        ranges = _complement(ranges)
-    parts = [_class_char(a) if a == b else f"{_class_char(a)}-{_class_char(b)}" for a, b in ranges]
-    return "[" + "".join(parts) + "]"
-
-
-def _complement(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The code points outside sorted disjoint ranges, surrogates left out (they are not text)."""
-    out: list[tuple[int, int]] = []
-    start = 0
-    bounds = sorted([*ranges, (0xD800, 0xDFFF)])
-    for lo, hi in bounds:
-        if lo > start:
-            out.append((start, lo - 1))
-        start = max(start, hi + 1)
-    if start <= 0x10FFFF:
-        out.append((start, 0x10FFFF))
-    return out
-
-
-def _class_char(code: int) -> str:
-    ch = chr(code)
-    if ch.isalnum() and code < 128:
-        return ch
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 @lru_cache(maxsize=64)
@@ -348,7 +307,7 @@ def _raw_string(schema: dict, where: str, st: XmlStyle, settings: Settings) -> d
             raise UnsupportedFeatureError(f"{where}: pattern or format with minLength/maxLength on a text parameter")
         text = _text_of_json_string(schema, where, settings) if "format" in schema else str(
             xgr.Grammar.from_regex(schema["pattern"]))
-        if _admits(text, "<"):
+        if ebnf_admits(text, "<"):
             raise UnsupportedFeatureError(
                 f"{where}: {'pattern' if 'pattern' in schema else 'format'} can produce '<', "
                 f"which the {st.name} parser may take as markup")
@@ -365,27 +324,17 @@ def _raw_string(schema: dict, where: str, st: XmlStyle, settings: Settings) -> d
 
 def _text_of_json_string(schema: dict, where: str, settings: Settings) -> str:
     """The raw text of a string format: xgrammar's rules inside the quotes, where no escape can occur."""
-    text = str(json_schema_grammar({"type": "string", "format": schema["format"]}, settings).grammar)
-    lines = text.splitlines()
-    root = next((ln for ln in lines if ln.startswith("root ::= ")), "")
-    m = re.fullmatch(r'root ::= \(\("\\"" (\w+) "\\""\)\)', root)
-    if m:
-        inner_rule = next((ln for ln in lines if ln.startswith(f"{m.group(1)} ::= ")), "")
-        regex = re.fullmatch(rf'{m.group(1)} ::= Regex\(("(?:[^"\\]|\\.)*"), json_string=true\)', inner_rule)
-        if regex:  # the format as one regex: its own grammar is the raw text
-            body = str(xgr.Grammar.from_regex(_ebnf_unquote(regex.group(1))))
-            if not _admits(body, '"\\'):
+    grammar = json_schema_grammar({"type": "string", "format": schema["format"]}, settings).grammar
+    shape = json_string_shape(str(grammar))
+    if shape is not None:
+        inner, regex, others = shape
+        if regex is not None:  # the format as one regex: its own grammar is the raw text
+            body = str(xgr.Grammar.from_regex(regex))
+            if not ebnf_admits(body, '"\\'):
                 return body
-        inner = [ln for ln in lines if not ln.startswith(("root ::= ", "basic_"))]
-        if not regex and not _admits("\n".join(inner), '"\\'):  # no quote or backslash: JSON text is raw text
-            return "\n".join([ln for ln in lines if ln != root] + [f"root ::= {m.group(1)}"])
+        elif not ebnf_admits("\n".join(ln for ln in others if not ln.startswith("basic_")), '"\\'):
+            return "\n".join([*others, f"root ::= {inner}"])  # no quote or backslash: JSON text is raw text
     raise UnsupportedFeatureError(f"{where}: format {schema['format']!r} on a text parameter")
-
-
-def _ebnf_unquote(literal: str) -> str:
-    """The text of an EBNF string literal as xgrammar prints it."""
-    escapes = {"n": "\n", "t": "\t", "r": "\r", "0": "\0"}
-    return re.sub(r"\\(.)", lambda m: escapes.get(m.group(1), m.group(1)), literal[1:-1])
 
 
 def _string_ok(v: str, schema: dict) -> bool:
@@ -414,121 +363,20 @@ def _json_value_node(full: Any, where: str, st: XmlStyle, settings: Settings) ->
     if built.filter_spec is not None:
         raise UnsupportedFeatureError(f"{where}: any-order objects inside {st.name} arguments")
     text = str(built.grammar)
-    if "Regex(" in text:
-        for pattern in re.findall(r'Regex\(("(?:[^"\\]|\\.)*")', text):
+    for pattern in regex_patterns(text):
             try:
-                regex_text = str(xgr.Grammar.from_regex(_ebnf_unquote(pattern)))
+                regex_text = str(xgr.Grammar.from_regex(pattern))
             except (RuntimeError, ValueError):
                 regex_text = "[^]"
-            if _admits(regex_text, "<"):
+            if ebnf_admits(regex_text, "<"):
                 raise UnsupportedFeatureError(
                     f"{where}: a string pattern can produce '<', which the {st.name} parser may take as markup")
-    text = bound_numbers(_without_lt(text))
+    text = bound_numbers(without_lt(text), MAX_DIGITS, MAX_EXPONENT_DIGITS)
     avoid = _avoider(st.forbidden)
-    for lit in re.findall(r'"((?:[^"\\]|\\.)*)"', text):
-        try:
-            decoded = json.loads(f'"{lit}"')
-        except json.JSONDecodeError:
-            continue
+    for decoded in string_literals(text):
         if not avoid.accepts(decoded):
             raise ConstraintError(f"{where}: {decoded!r} contains markup the {st.name} parser cuts at")
     return _grammar_node(text)
-
-
-_CLASS_RE = re.compile(r'"(?:[^"\\]|\\.)*"|\[(\^?)((?:[^\]\\]|\\.)*)\]')
-
-
-def _admits(ebnf: str, chars: str) -> bool:
-    """Whether any character class or literal of an EBNF text can produce one of ``chars``."""
-    for m in _CLASS_RE.finditer(ebnf):
-        if m.group(0).startswith('"'):
-            try:
-                lit = json.loads(m.group(0))
-            except json.JSONDecodeError:
-                lit = m.group(0)
-            if set(lit) & set(chars):
-                return True
-        elif m.group(1):
-            if any(ord(c) not in _class_codes(m.group(2)) for c in chars):
-                return True
-        elif set(map(ord, chars)) & _class_codes(m.group(2)):
-            return True
-    return False
-
-
-def _without_lt(ebnf: str) -> str:
-    """Take '<' out of every character class (JSON strings can still write it as \\u003c)."""
-
-    def fix(m: re.Match) -> str:
-        if m.group(0).startswith('"'):
-            return m.group(0)
-        negated, body = m.group(1), m.group(2)
-        if negated:
-            return f"[^{body}<]" if "<" not in body else m.group(0)
-        codes = _class_codes(body)
-        if ord("<") not in codes:
-            return m.group(0)
-        codes.discard(ord("<"))
-        if not codes:
-            raise UnsupportedFeatureError("a value that can only be '<' cannot be written in XML arguments")
-        return _char_class({chr(c) for c in codes}, False)
-    return _CLASS_RE.sub(fix, ebnf)
-
-
-def _class_codes(body: str) -> set[int]:
-    """The code points of a positive EBNF character class body as xgrammar prints it."""
-    items: list[int] = []
-    i = 0
-    escapes = {"n": 10, "r": 13, "t": 9, "0": 0, "\\": 92, "]": 93, "[": 91, "-": 45, "^": 94, '"': 34, "/": 47,
-               "b": 8, "f": 12}
-    dash: list[int] = []
-    while i < len(body):
-        if body[i] == "\\":
-            c = body[i + 1]
-            if c in "xuU":
-                n = {"x": 2, "u": 4, "U": 8}[c]
-                items.append(int(body[i + 2:i + 2 + n], 16))
-                i += 2 + n
-            else:
-                items.append(escapes.get(c, ord(c)))
-                i += 2
-        elif body[i] == "-" and items and i + 1 < len(body):
-            dash.append(len(items))
-            i += 1
-        else:
-            items.append(ord(body[i]))
-            i += 1
-    codes: set[int] = set()
-    j = 0
-    while j < len(items):
-        if j + 1 in dash:
-            codes.update(range(items[j], items[j + 1] + 1))
-            j += 2
-        else:
-            codes.add(items[j])
-            j += 1
-    return codes
-
-
-_RULE_RE = re.compile(r"^(\w+) ::= (.*)$", re.M)
-
-
-def bound_numbers(ebnf: str) -> str:
-    """Bound every unbounded digit run of xgrammar's JSON grammar so float() of the text stays finite."""
-    digit_rules = {m.group(1) for m in _RULE_RE.finditer(ebnf) if m.group(2) == "(([0-9]))"}
-    out = []
-    for line in ebnf.splitlines():
-        name, sep, body = line.partition(" ::= ")
-        if sep:
-            if "[eE]" in body:
-                body = re.sub(r"(\w+)\{1, -1\}", lambda m: f"{m.group(1)}{{1, {MAX_EXPONENT_DIGITS}}}"
-                              if m.group(1) in digit_rules else m.group(0), body)
-            body = body.replace("[0-9]*", f"[0-9]{{0, {MAX_DIGITS}}}")
-            body = re.sub(r"(\w+)\{(\d+), -1\}", lambda m: f"{m.group(1)}{{{m.group(2)}, {MAX_DIGITS}}}"
-                          if m.group(1) in digit_rules else m.group(0), body)
-            line = f"{name}{sep}{body}"
-        out.append(line)
-    return "\n".join(out)
 
 
 # -- a parameter ----------------------------------------------------------------------------------
@@ -536,7 +384,7 @@ def bound_numbers(ebnf: str) -> str:
 def value_node(schema: Any, defs: Mapping[str, Any], where: str, st: XmlStyle,
                settings: Settings) -> tuple[dict, bool]:
     """(the value's node, written raw?) for one property, or ConstraintError if the parser cannot return it valid."""
-    if schema is True or schema == {} or (isinstance(schema, dict) and set(schema) <= _ANNOTATIONS):
+    if schema is True or schema == {} or (isinstance(schema, dict) and set(schema) <= ANNOTATIONS):
         return raw_text(st.forbidden), True
     if schema is False:
         raise ConstraintError(f"{where}: the schema false allows no value")
@@ -565,7 +413,7 @@ def value_node(schema: Any, defs: Mapping[str, Any], where: str, st: XmlStyle,
     listed = set(t) if isinstance(t, list) else {t}
     constrained = set(schema) & {"enum", "const", "anyOf", "oneOf", "allOf", "$ref", "not"}
     if (others - {"null", "boolean", "integer", "number"} or not others <= listed or constrained
-            or any(set(schema) & _TYPE_KEYWORDS.get(o, set()) for o in others)):
+            or any(set(schema) & _NUMBER_KEYWORDS.get(o, set()) for o in others)):
         raise UnsupportedFeatureError(
             f"{where}: the {st.name} parser turns text that reads as {'/'.join(sorted(others))} into that type, "
             "so this union cannot be enforced; use one type or an unconstrained nullable string")
@@ -582,7 +430,7 @@ def _nested_coercion_problem(schema: Any, path: str = "") -> str | None:
     if isinstance(schema.get("items"), dict):
         children.append((f"{path}[]", schema["items"]))
     for where, sub in children:
-        if not isinstance(sub, dict) or set(sub) <= _ANNOTATIONS:
+        if not isinstance(sub, dict) or set(sub) <= ANNOTATIONS:
             continue
         types = parser_types(sub)
         t = sub.get("type")
@@ -594,7 +442,7 @@ def _nested_coercion_problem(schema: Any, path: str = "") -> str | None:
             listed = set(t) if isinstance(t, list) else {t}
             if (others - {"null", "boolean", "integer", "number"} or not others <= listed
                     or set(sub) & {"enum", "const", "anyOf", "oneOf", "allOf", "$ref"}
-                    or any(set(sub) & _TYPE_KEYWORDS.get(o, set()) for o in others)):
+                    or any(set(sub) & _NUMBER_KEYWORDS.get(o, set()) for o in others)):
                 return f"nested value {where} is a union with string"
         found = _nested_coercion_problem(sub, where)
         if found:
@@ -617,7 +465,7 @@ def arguments_node(st: XmlStyle, schema: Any, settings: Settings) -> dict:
     """The structural-tag node for one call's parameters in ``st`` under an object schema (None: any)."""
     if schema is None or schema is True or (isinstance(schema, dict) and "properties" not in schema
                                              and schema.get("additionalProperties", True) is not False
-                                             and not (set(schema) - _ANNOTATIONS - {"type", "$defs",
+                                             and not (set(schema) - ANNOTATIONS - {"type", "$defs",
                                                                                     "definitions"})):
         return _any_params(st)
     if not isinstance(schema, dict):

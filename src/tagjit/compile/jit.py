@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 
-from . import metrics
-from .settings import Settings
+from tagjit import metrics
+from tagjit.runtime.matcher import Matcher
+from tagjit.settings import Settings
 
 
 @dataclass
@@ -40,6 +42,11 @@ class JitPolicy:
             decision = estimate_ms <= prefill_ms + self.settings.stall_budget_ms
         metrics.JIT_DECISIONS.labels("overlap" if decision else "wait").inc()
         return decision
+
+    def observe_first_mask(self, matcher: Matcher, prompt_tokens: int, arrived: float) -> None:
+        """Learn from a request's first mask (``arrived``: its ``time.perf_counter()`` at arrival) if its grammar was ready."""
+        if matcher.ready():
+            self.observe_prefill(prompt_tokens, (time.perf_counter() - arrived) * 1000)
 
     def observe_prefill(self, prompt_tokens: int, elapsed_ms: float) -> None:
         """Learn prefill speed from the time between a request's arrival and its first mask."""

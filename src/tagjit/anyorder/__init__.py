@@ -1,0 +1,32 @@
+"""Objects whose properties may come in any order (opt-in with ``x-any-order``), exactly.
+
+The public face of the sub-package: which schemas opt in, and ``build`` (grammar + token filter).
+See ``plan`` (which objects opt in, what the filter follows), ``ebnf`` (the grammar), ``filter`` (the
+per-request byte automaton and token filter) and ``vocab`` (per-tokenizer tables).
+"""
+
+from __future__ import annotations
+
+import xgrammar as xgr
+
+from tagjit.anyorder.ebnf import AnyOrderEbnf, strip_keywords, xgr_json
+from tagjit.anyorder.filter import AnyOrderFilter, AnyOrderSpec, step_state
+from tagjit.anyorder.plan import KEYWORD, KEYWORD_DEFAULT, AnyOrderPlan, key_spelling, wants_any_order, with_any_order
+from tagjit.anyorder.vocab import vocab_tables
+from tagjit.build.ebnf import Built
+from tagjit.settings import Settings
+
+__all__ = ["KEYWORD", "KEYWORD_DEFAULT", "wants_any_order", "with_any_order", "key_spelling", "build",
+           "AnyOrderSpec", "AnyOrderFilter", "step_state", "vocab_tables"]
+
+
+def build(schema: dict, settings: Settings) -> Built:
+    """The grammar and token filter of a schema with any-order objects."""
+    default = settings.any_order_default
+    if isinstance(schema.get(KEYWORD_DEFAULT), bool):
+        default = schema[KEYWORD_DEFAULT]
+    plan = AnyOrderPlan(schema, default, settings.strict_mode)
+    if not plan.ao:
+        return Built(xgr_json(strip_keywords(schema), settings))
+    ebnf = AnyOrderEbnf(plan, settings).text()
+    return Built(xgr.Grammar.from_ebnf(ebnf), AnyOrderSpec(plan.root_val))

@@ -1,0 +1,55 @@
+"""Per-tokenizer tables of the any-order filter: which tokens can matter in each lexer situation."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import xgrammar as xgr
+
+
+
+class VocabTables:
+    """Per-tokenizer tables: each token's bytes and which tokens can matter in each situation."""
+
+    def __init__(self, info: xgr.TokenizerInfo) -> None:
+        self.tokens: list[bytes] = list(info.decoded_vocab)
+        self.words = (info.vocab_size + 31) // 32
+        n = len(self.tokens)
+        rel = {name: np.zeros(self.words * 32, dtype=bool) for name in
+               ("S", "SE", "L", "Kq", "Nall", "Nopen")}
+        open_only = re.compile(rb'[ \t\r\n]*("([^"\\]|\\.)*\\?|[-+.0-9A-Za-z]+)')
+        for tid, tok in enumerate(self.tokens):
+            if not tok:
+                continue
+            rel["S"][tid] = _closes_then_more(tok, False)
+            rel["SE"][tid] = _closes_then_more(tok, True)
+            rel["L"][tid] = any(c in b",}]" for c in tok)
+            rel["Kq"][tid] = 0x22 in tok
+            stripped = tok.strip(b" \t\r\n")
+            rel["Nall"][tid] = bool(stripped)
+            rel["Nopen"][tid] = bool(stripped) and open_only.fullmatch(tok) is None
+        del n
+        self.relevant = {k: np.packbits(v, bitorder="little").view(np.int32) for k, v in rel.items()}
+
+
+def _closes_then_more(tok: bytes, escaped: bool) -> bool:
+    i = 0
+    if escaped:
+        i = 1
+    while i < len(tok):
+        c = tok[i]
+        if c == 0x5C:
+            i += 2
+            continue
+        if c == 0x22:
+            return bool(tok[i + 1:].strip(b" \t\r\n"))
+        i += 1
+    return False
+
+
+def vocab_tables(info: xgr.TokenizerInfo) -> VocabTables:
+    """The vocabulary tables of a tokenizer, computed once per tokenizer."""
+    from tagjit.runtime.vocab import per_tokenizer
+
+    return per_tokenizer(info, "any_order.vocab_tables", VocabTables)

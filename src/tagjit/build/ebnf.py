@@ -1,0 +1,75 @@
+"""The vocabulary-free building blocks every grammar builder shares: the built result, EBNF literals and classes."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import xgrammar as xgr
+
+# xgrammar 0.2.8 added max_whitespace_cnt to structural-tag JSON content; 0.2.7 (SGLang's pin) lacks it.
+TAG_WHITESPACE_BOUND: bool = "max_whitespace_cnt" in getattr(
+    getattr(getattr(xgr, "structural_tag", None), "JSONSchemaFormat", None), "model_fields", {})
+
+
+class Built(NamedTuple):
+    """A constraint's grammar and, where a CFG cannot say everything, a per-request token filter."""
+
+    grammar: xgr.Grammar
+    filter_spec: Any = None
+
+
+def ebnf_string(text: str) -> str:
+    """Quote a Python string as an EBNF string literal."""
+    out = ['"']
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def char_class(chars: set[str], negated: bool) -> str:
+    """A character class; a negated one is written as the positive ranges of its complement, because
+    xgrammar 0.2.7 (SGLang's pin) mishandles negated classes holding non-ASCII characters (it accepts
+    U+0085 from a class that excludes it, and some such classes fail to compile)."""
+    ranges: list[tuple[int, int]] = []
+    for c in sorted(ord(ch) for ch in chars):
+        if ranges and ranges[-1][1] == c - 1:
+            ranges[-1] = (ranges[-1][0], c)
+        else:
+            ranges.append((c, c))
+    if negated:
+        ranges = _complement(ranges)
+    parts = [_class_char(a) if a == b else f"{_class_char(a)}-{_class_char(b)}" for a, b in ranges]
+    return "[" + "".join(parts) + "]"
+
+
+def _complement(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The code points outside sorted disjoint ranges, surrogates left out (they are not text)."""
+    out: list[tuple[int, int]] = []
+    start = 0
+    bounds = sorted([*ranges, (0xD800, 0xDFFF)])
+    for lo, hi in bounds:
+        if lo > start:
+            out.append((start, lo - 1))
+        start = max(start, hi + 1)
+    if start <= 0x10FFFF:
+        out.append((start, 0x10FFFF))
+    return out
+
+
+def _class_char(code: int) -> str:
+    ch = chr(code)
+    if ch.isalnum() and code < 128:
+        return ch
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"

@@ -1,0 +1,214 @@
+"""Every repair of xgrammar's *printed* EBNF in one place.
+
+Where xgrammar's API cannot build what tagjit needs, tagjit edits the EBNF text xgrammar prints. Each
+function here depends on the printer's exact spelling; ``tests/test_printed_ebnf.py`` pins that
+spelling so that an xgrammar upgrade that changes it fails loudly instead of silently skipping a repair.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import xgrammar as xgr
+
+from tagjit.build.ebnf import char_class
+from tagjit.errors import ConstraintError, UnsupportedFeatureError
+
+
+class PrinterChanged(ConstraintError):
+    """xgrammar printed EBNF in a shape tagjit's repairs do not know (an xgrammar upgrade changed its printer)."""
+
+
+# xgrammar 0.2.8 writes a string with minLength/maxLength as "\"" X{min,max} "\"" where X is this class:
+# any character but quote, backslash, CR and LF (inline, or as a rule of its own for a bound above 1).
+# It forbids every escape (\" \n \u00e9: valid JSON) and allows raw control characters such as TAB
+# (invalid JSON). Free strings use basic_string_sub, whose class also excludes U+0000-U+001F.
+_XGR_LENGTH_CHAR = r'[^\"\\\r\n]'
+# One decoded character of a JSON string: a raw character other than quote, backslash and U+0000-U+001F,
+# a two-character escape, a \u escape of a non-surrogate, or a surrogate pair (one character).
+# Lone surrogates are left out: they are not Unicode text.
+_HEX = "[0-9A-Fa-f]"
+_JSON_CHAR = (r'(([^\"\\\0-\x1f]) | ("\\" [\"\\/bfnrt])'
+              rf' | ("\\u" (([0-9A-Ca-cE-Fe-f] {_HEX}) | ([Dd] [0-7])) {_HEX} {_HEX})'
+              rf' | ("\\u" [Dd] [89ABab] {_HEX} {_HEX} "\\u" [Dd] [C-Fc-f] {_HEX} {_HEX}))')
+
+
+def fix_string_lengths(grammar: xgr.Grammar) -> xgr.Grammar:
+    """Make every length-bounded JSON string rule count decoded characters (escapes allowed, controls not)."""
+    text = str(grammar)
+    if _XGR_LENGTH_CHAR not in text:
+        return grammar
+    return xgr.Grammar.from_ebnf(text.replace(_XGR_LENGTH_CHAR, _JSON_CHAR), root_rule_name="root")
+
+
+def split_root(text: str) -> tuple[list[str], list[str]]:
+    """The top-level alternatives of xgrammar's ``root`` rule, and every other rule line."""
+    lines = text.splitlines()
+    others: list[str] = []
+    body = None
+    for line in lines:
+        if line.startswith("root ::= "):
+            body = line[len("root ::= "):]
+        elif line.strip():
+            others.append(line)
+    if body is None or not (body.startswith("(") and body.endswith(")")):
+        raise PrinterChanged(f"unexpected root rule from xgrammar's printer: {body!r:.80}")
+    inner = body[1:-1]
+    alts, depth, start, i, n = [], 0, 0, 0, len(inner)
+    while i < n:
+        c = inner[i]
+        if c == '"':
+            i += 1
+            while inner[i] != '"':
+                i += 2 if inner[i] == "\\" else 1
+        elif c == "[":
+            i += 1
+            while inner[i] != "]":
+                i += 2 if inner[i] == "\\" else 1
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            alts.append(inner[start:i].strip())
+            start = i + 1
+        i += 1
+    alts.append(inner[start:].strip())
+    return alts, others
+
+
+_CLASS_RE = re.compile(r'"(?:[^"\\]|\\.)*"|\[(\^?)((?:[^\]\\]|\\.)*)\]')
+
+
+def ebnf_admits(ebnf: str, chars: str) -> bool:
+    """Whether any character class or literal of an EBNF text can produce one of ``chars``."""
+    for m in _CLASS_RE.finditer(ebnf):
+        if m.group(0).startswith('"'):
+            try:
+                lit = json.loads(m.group(0))
+            except json.JSONDecodeError:
+                lit = m.group(0)
+            if set(lit) & set(chars):
+                return True
+        elif m.group(1):
+            if any(ord(c) not in _class_codes(m.group(2)) for c in chars):
+                return True
+        elif set(map(ord, chars)) & _class_codes(m.group(2)):
+            return True
+    return False
+
+
+def without_lt(ebnf: str) -> str:
+    """Take '<' out of every character class (JSON strings can still write it as \\u003c)."""
+
+    def fix(m: re.Match) -> str:
+        if m.group(0).startswith('"'):
+            return m.group(0)
+        negated, body = m.group(1), m.group(2)
+        if negated:
+            return f"[^{body}<]" if "<" not in body else m.group(0)
+        codes = _class_codes(body)
+        if ord("<") not in codes:
+            return m.group(0)
+        codes.discard(ord("<"))
+        if not codes:
+            raise UnsupportedFeatureError("a value that can only be '<' cannot be written in XML arguments")
+        return char_class({chr(c) for c in codes}, False)
+    return _CLASS_RE.sub(fix, ebnf)
+
+
+def _class_codes(body: str) -> set[int]:
+    """The code points of a positive EBNF character class body as xgrammar prints it."""
+    items: list[int] = []
+    i = 0
+    escapes = {"n": 10, "r": 13, "t": 9, "0": 0, "\\": 92, "]": 93, "[": 91, "-": 45, "^": 94, '"': 34, "/": 47,
+               "b": 8, "f": 12}
+    dash: list[int] = []
+    while i < len(body):
+        if body[i] == "\\":
+            c = body[i + 1]
+            if c in "xuU":
+                n = {"x": 2, "u": 4, "U": 8}[c]
+                items.append(int(body[i + 2:i + 2 + n], 16))
+                i += 2 + n
+            else:
+                items.append(escapes.get(c, ord(c)))
+                i += 2
+        elif body[i] == "-" and items and i + 1 < len(body):
+            dash.append(len(items))
+            i += 1
+        else:
+            items.append(ord(body[i]))
+            i += 1
+    codes: set[int] = set()
+    j = 0
+    while j < len(items):
+        if j + 1 in dash:
+            codes.update(range(items[j], items[j + 1] + 1))
+            j += 2
+        else:
+            codes.add(items[j])
+            j += 1
+    return codes
+
+
+_RULE_RE = re.compile(r"^(\w+) ::= (.*)$", re.M)
+
+
+def bound_numbers(ebnf: str, max_digits: int, max_exponent_digits: int) -> str:
+    """Bound every unbounded digit run of xgrammar's JSON grammar so float() of the text stays finite."""
+    digit_rules = {m.group(1) for m in _RULE_RE.finditer(ebnf) if m.group(2) == "(([0-9]))"}
+    out = []
+    for line in ebnf.splitlines():
+        name, sep, body = line.partition(" ::= ")
+        if sep:
+            if "[eE]" in body:
+                body = re.sub(r"(\w+)\{1, -1\}", lambda m: f"{m.group(1)}{{1, {max_exponent_digits}}}"
+                              if m.group(1) in digit_rules else m.group(0), body)
+            body = body.replace("[0-9]*", f"[0-9]{{0, {max_digits}}}")
+            body = re.sub(r"(\w+)\{(\d+), -1\}", lambda m: f"{m.group(1)}{{{m.group(2)}, {max_digits}}}"
+                          if m.group(1) in digit_rules else m.group(0), body)
+            line = f"{name}{sep}{body}"
+        out.append(line)
+    return "\n".join(out)
+
+
+def ebnf_unquote(literal: str) -> str:
+    """The text of an EBNF string literal as xgrammar prints it."""
+    escapes = {"n": "\n", "t": "\t", "r": "\r", "0": "\0"}
+    return re.sub(r"\\(.)", lambda m: escapes.get(m.group(1), m.group(1)), literal[1:-1])
+
+
+_REGEX_RE = re.compile(r'Regex\(("(?:[^"\\]|\\.)*")')
+_LITERAL_RE = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def regex_patterns(ebnf: str) -> list[str]:
+    """The regex of every ``Regex("...")`` call xgrammar printed (JSON-schema patterns and formats)."""
+    return [ebnf_unquote(p) for p in _REGEX_RE.findall(ebnf)]
+
+
+def string_literals(ebnf: str) -> list[str]:
+    """The decoded text of every string literal of a printed grammar (those JSON cannot decode are skipped)."""
+    out = []
+    for lit in _LITERAL_RE.findall(ebnf):
+        try:
+            out.append(json.loads(f'"{lit}"'))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def json_string_shape(ebnf: str) -> tuple[str, str | None, list[str]] | None:
+    """Of xgrammar's grammar for one JSON string: the rule inside the quotes, its regex when that rule is one
+    ``Regex(..., json_string=true)``, and every line but the root; None for any other shape."""
+    lines = ebnf.splitlines()
+    root = next((ln for ln in lines if ln.startswith("root ::= ")), "")
+    m = re.fullmatch(r'root ::= \(\("\\"" (\w+) "\\""\)\)', root)
+    if not m:
+        return None
+    inner = m.group(1)
+    inner_rule = next((ln for ln in lines if ln.startswith(f"{inner} ::= ")), "")
+    regex = re.fullmatch(rf'{inner} ::= Regex\(("(?:[^"\\]|\\.)*"), json_string=true\)', inner_rule)
+    return inner, ebnf_unquote(regex.group(1)) if regex else None, [ln for ln in lines if ln != root]

@@ -1,0 +1,73 @@
+"""The contract between tagjit and an engine adapter, on one page: everything an adapter may use, and its duties.
+
+An adapter (``plugins/tagjit_vllm``, ``plugins/tagjit_sglang``) imports tagjit only through this module
+(``tests/test_layout.py`` checks it), so the core can change shape behind it. The flow, for any engine:
+
+Engine level (once per process / tokenizer)
+    ``Settings``, ``get_settings``, ``set_settings``
+        Read every ``TAGJIT_*`` variable once; a bad value raises ``ValueError`` naming the variable. An adapter
+        folds the engine's own JSON options in with ``Settings.for_engine`` (``disable_any_whitespace`` ->
+        compact JSON) and passes those settings to every call that builds a grammar.
+    ``from_huggingface``, ``load_tokenizer_info``
+        The engine's tokenizer as an ``xgr.TokenizerInfo``.
+    ``start_service(tokenizer_info, settings) -> CompileService``
+        The compile service of a tokenizer and settings (validation, caches, the compile pool, JIT compiles),
+        warmed up from ``TAGJIT_WARMUP``. ``service_for`` is the same service without the warm-up.
+    ``JitPolicy``
+        Decides per request whether its grammar compiles during prefill (``overlap``; the adapter reports how
+        busy the engine is) and learns prefill speed from each request's first mask (``observe_first_mask``).
+
+Request level
+    ``Constraint.of(Kind, source)``
+        The engine's request (json schema, regex, choice, grammar, structural tag) as one canonical constraint.
+    ``validate(constraint, settings)`` / ``trust(constraint, settings)``
+        Raise ``ConstraintError`` (an HTTP 400 with the reason) before the request is scheduled; the same path,
+        cache, lint and metrics for every engine. ``trust`` records a constraint tagjit built itself (tool tags).
+    ``CompileService.grammar`` / ``jit_grammar`` / ``submit`` / ``cached``
+        A ``Matcher`` now, a ``Matcher`` whose first mask waits for its compile, or a ``Future[Compiled]``.
+    ``Matcher``
+        Per-request state: ``accept_token(s)``, ``validate_tokens``, ``rollback``, ``fill_bitmask``,
+        ``is_terminated``, ``reset``, ``copy``. Not thread-safe: one engine thread drives a matcher.
+    ``fill_bitmasks(matchers, bitmask, rows)``
+        A step's masks in one call (xgrammar's batch matcher for plain grammars): what an adapter calls per step.
+    ``allocate_token_bitmask``, ``apply_token_bitmask_inplace``, ``apply_token_bitmask_rows_inplace``
+        xgrammar's packed int32 bitmask layout, applied to logits by tagjit's kernels.
+
+Tool calls
+    ``format_for_parser``, ``variant_for_vocab``, ``load_format``, ``build_tool_tag``, ``build_tool_tag_json``
+        The structural tag of a request's tools in the format of the engine's tool parser (``None``: tagjit
+        does not constrain that request; the engine's own behaviour applies).
+
+Metrics
+    ``metrics`` (Prometheus), ``SnapshotWriter`` (an engine process's snapshots), ``MergedCollector`` (an API
+    server's view of them).
+
+Duties of an adapter
+    * Turn on only when the engine selected tagjit, and change nothing of a server that did not.
+    * Report a ``ConstraintError`` as a per-request error; never let it stop the engine.
+    * Keep the engine's own semantics it did not replace (stop tokens, reasoning, speculative rollback).
+"""
+
+from __future__ import annotations
+
+from tagjit import metrics
+from tagjit.metrics import MergedCollector, SnapshotWriter
+from tagjit.anyorder import with_any_order
+from tagjit.compile.jit import JitPolicy
+from tagjit.compile.service import CompileService, service_for, start_service, trust, validate
+from tagjit.constraint import Constraint, Kind
+from tagjit.errors import CompileLimitError, ConstraintError, UnsupportedFeatureError
+from tagjit.kernels import apply_token_bitmask_inplace, apply_token_bitmask_rows_inplace
+from tagjit.runtime.matcher import Compiled, Matcher, allocate_token_bitmask, fill_bitmasks
+from tagjit.runtime.vocab import from_huggingface, load_tokenizer_info
+from tagjit.schema import parse_schema
+from tagjit.settings import Settings, get_settings, set_settings
+from tagjit.tools import build_tool_tag, build_tool_tag_json, format_for_parser, load_format, variant_for_vocab
+
+__all__ = [
+    "Settings", "get_settings", "set_settings", "from_huggingface", "load_tokenizer_info", "service_for",
+    "start_service", "CompileService", "JitPolicy", "Constraint", "Kind", "validate", "trust", "Compiled", "Matcher", "fill_bitmasks",
+    "allocate_token_bitmask", "apply_token_bitmask_inplace", "apply_token_bitmask_rows_inplace",
+    "ConstraintError", "UnsupportedFeatureError", "CompileLimitError", "format_for_parser", "variant_for_vocab",
+    "load_format", "build_tool_tag", "build_tool_tag_json", "with_any_order", "parse_schema", "metrics", "SnapshotWriter", "MergedCollector",
+]

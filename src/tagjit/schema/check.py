@@ -1,0 +1,207 @@
+"""JSON Schema checks: validity, and the features tagjit cannot enforce (named, never dropped)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema
+from jsonschema.exceptions import SchemaError
+
+from tagjit.compile.cache import bounded_memo
+from tagjit.errors import CompileLimitError, ConstraintError, UnsupportedFeatureError
+from tagjit.schema.metaschema import quick_valid
+from tagjit.settings import get_settings
+from tagjit.schema.normalize import normalize_schema
+from tagjit.schema.keywords import path_text, subschemas
+
+
+# Formats xgrammar's converter turns into exact grammars.
+SUPPORTED_FORMATS = frozenset({
+    "email", "date", "time", "date-time", "duration", "ipv4", "ipv6", "hostname", "uuid",
+    "uri", "uri-reference", "uri-template", "json-pointer", "relative-json-pointer",
+})
+
+# Keywords whose constraint xgrammar does not enforce (it would accept text the schema forbids).
+_UNSUPPORTED = ("not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
+                "contains", "minContains", "maxContains", "$dynamicRef", "$recursiveRef",
+                "unevaluatedItems")
+
+MAX_DEPTH = 128
+# xgrammar compiles a JSON enum value by value: 10k values take ~6 s with a 128k vocabulary, 100k
+# more than two minutes (the compile keeps a core busy after the request's time limit has passed).
+MAX_ENUM_VALUES = 4096
+
+
+def parse_schema(source: str | dict | bool) -> dict | bool:
+    """Parse a schema from text, rejecting invalid JSON and absurd nesting with a clear reason."""
+    if isinstance(source, (dict, bool)):
+        return source
+    try:
+        schema = json.loads(source)
+    except RecursionError:
+        raise ConstraintError(f"JSON schema nests deeper than {MAX_DEPTH} levels") from None
+    except json.JSONDecodeError as e:
+        raise ConstraintError(f"JSON schema is not valid JSON: {e}") from None
+    if not isinstance(schema, (dict, bool)):
+        raise ConstraintError(f"JSON schema must be an object or a boolean, not {type(schema).__name__}")
+    return schema
+
+
+def prepare_schema(schema: dict | bool) -> dict | bool:
+    """Check a schema and return its normalised form (see normalize_schema), which xgrammar enforces exactly."""
+    if isinstance(schema, bool):
+        return schema
+    _check_validity(schema)
+    try:
+        normalized = normalize_schema(schema)
+    except RecursionError:
+        raise ConstraintError(f"JSON schema nests deeper than {MAX_DEPTH} levels") from None
+    if isinstance(normalized, dict):
+        for node, path in subschemas(normalized):
+            if not _CHECKED.isdisjoint(node):
+                problem = _node_problem(node)
+                if problem is not None:
+                    raise UnsupportedFeatureError(problem, path_text(path))
+    return normalized
+
+
+# A parsed, normalised schema takes 3-6 times its JSON text in Python objects (measured on BFCL and
+# JSONSchemaBench); 8 keeps the estimate on the safe side.
+@bounded_memo(lambda: get_settings().memo_bytes, lambda args, _value: 8 * len(args[0]))
+def prepared(text: str) -> Any:
+    """``prepare_schema`` of a schema given as its ``spec.compact_json`` text, once per distinct text (key order kept).
+
+    Tool sets repeat the same tools in new combinations and each check costs about a millisecond,
+    so the tool-tag builder and the tag validation share this one memo. The result is shared:
+    do not mutate it.
+    """
+    return prepare_schema(json.loads(text))
+
+
+def _check_validity(schema: dict) -> None:
+    if _scan(schema):  # _check_text walks again, in its order, for the error and its path
+        _check_text(schema, "#")
+    if quick_valid(schema):
+        return
+    try:
+        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        cls.check_schema(schema)
+    except SchemaError as e:
+        path = "/".join(str(p) for p in e.absolute_path)
+        raise ConstraintError(f"invalid JSON schema at '/{path}': {e.message}") from None
+    except RecursionError:
+        raise ConstraintError(f"JSON schema nests deeper than {MAX_DEPTH} levels") from None
+
+
+def _scan(schema: dict) -> bool:
+    """Raise if the schema nests deeper than MAX_DEPTH; whether _check_text would refuse it (no paths built)."""
+    found = False
+    stack: list[tuple[Any, int]] = [(schema, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if not node:
+            continue
+        if depth >= MAX_DEPTH:  # a non-empty container here has a value deeper than MAX_DEPTH
+            raise ConstraintError(f"JSON schema nests deeper than {MAX_DEPTH} levels")
+        depth += 1
+        if isinstance(node, dict):
+            enum = node.get("enum")
+            if isinstance(enum, list) and len(enum) > MAX_ENUM_VALUES:
+                found = True
+            for k, v in node.items():
+                if isinstance(k, str) and not k.isascii() and has_lone_surrogate(k):
+                    found = True
+                if isinstance(v, str):
+                    if not v.isascii() and has_lone_surrogate(v):
+                        found = True
+                elif isinstance(v, (dict, list)):
+                    stack.append((v, depth))
+        else:
+            for v in node:
+                if isinstance(v, str):
+                    if not v.isascii() and has_lone_surrogate(v):
+                        found = True
+                elif isinstance(v, (dict, list)):
+                    stack.append((v, depth))
+    return found
+
+
+def _check_text(node: Any, where: str) -> None:
+    """Refuse lone surrogates (not Unicode text; they cannot be encoded for the grammar) and huge enums."""
+    if isinstance(node, str):
+        if has_lone_surrogate(node):
+            raise ConstraintError(f"JSON schema at '{where}' contains a lone UTF-16 surrogate, which is not "
+                                  "valid Unicode")
+    elif isinstance(node, dict):
+        enum = node.get("enum")
+        if isinstance(enum, list) and len(enum) > MAX_ENUM_VALUES:
+            raise CompileLimitError(f"JSON schema at '{where}' has an enum of {len(enum)} values, more than "
+                                    f"tagjit's limit of {MAX_ENUM_VALUES}")
+        for k, v in node.items():
+            _check_text(k, where)
+            _check_text(v, f"{where}/{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            _check_text(v, f"{where}/{i}")
+
+
+def has_lone_surrogate(text: str) -> bool:
+    """Whether a Python string holds a UTF-16 surrogate code point (from a lone \\uD800-style escape)."""
+    try:
+        text.encode("utf-8")
+        return False
+    except UnicodeEncodeError:
+        return True
+
+
+def _types(node: dict) -> set[str]:
+    t = node.get("type")
+    if isinstance(t, str):
+        return {t}
+    if isinstance(t, list):
+        return {x for x in t if isinstance(x, str)}
+    return set()
+
+
+def _node_problem(node: dict) -> str | None:
+    """The first feature of one (normalised) schema node that tagjit cannot enforce, or None."""
+    for kw in _UNSUPPORTED:
+        if kw in node:
+            return kw
+    types = _types(node)
+    if node.get("uniqueItems") is True:
+        return "uniqueItems"
+    if "multipleOf" in node:  # normalize_schema removed the forms that mean "an integer"
+        return "multipleOf"
+    fmt = node.get("format")
+    if isinstance(fmt, str) and fmt not in SUPPORTED_FORMATS and (not types or "string" in types):
+        return f"format: {fmt}"
+    if ("pattern" in node or "format" in node) and ("minLength" in node or "maxLength" in node):
+        return "minLength/maxLength together with pattern or format"
+    ref = node.get("$ref")
+    if isinstance(ref, str) and not ref.startswith("#"):
+        return f"$ref to an external document ({ref})"
+    if isinstance(node.get("allOf"), list) and len(node["allOf"]) > 1:
+        return "allOf with more than one branch"
+    if "pattern" in node and "format" in node:
+        return "pattern together with format"
+    pattern_props = node.get("patternProperties")
+    if isinstance(pattern_props, dict) and pattern_props:
+        if "properties" in node:
+            return "patternProperties together with properties"
+        if len(pattern_props) > 1:
+            return "more than one patternProperties entry"
+    if "propertyNames" in node:
+        if "properties" in node or "patternProperties" in node:
+            return "propertyNames together with properties"
+        if node.get("unevaluatedProperties", True) is not True:
+            return "propertyNames together with unevaluatedProperties"
+    return None
+
+
+# A node with none of these keys has no problem _node_problem could report.
+_CHECKED = frozenset({*_UNSUPPORTED, "uniqueItems", "multipleOf", "format", "pattern", "$ref", "allOf",
+
+
+                      "patternProperties", "propertyNames"})

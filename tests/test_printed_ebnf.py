@@ -1,0 +1,80 @@
+"""xgrammar's EBNF printer still writes what ``tagjit.build.printed`` repairs: a printer change fails here, loudly.
+
+Each repair edits text xgrammar prints. If an upgrade spells a rule differently, the repair would quietly
+find nothing to do (strings would count bytes, XML numbers would be unbounded); these tests pin both the
+spelling each repair looks for and that the repair changes the grammar.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import xgrammar as xgr
+
+from tagjit.build.printed import (PrinterChanged, bound_numbers, ebnf_admits, fix_string_lengths, json_string_shape,
+                                  regex_patterns, split_root, string_literals, without_lt)
+
+
+def printed(schema: dict) -> str:
+    return str(xgr.Grammar.from_json_schema(json.dumps(schema)))
+
+
+def accepts(grammar: xgr.Grammar, text: str) -> bool:
+    info = xgr.TokenizerInfo([])
+    matcher = xgr.GrammarMatcher(xgr.GrammarCompiler(info).compile_grammar(grammar))
+    return matcher.accept_string(text) and matcher.is_completed()
+
+
+@pytest.mark.parametrize("bounds", [{"maxLength": 1}, {"minLength": 1, "maxLength": 1}, {"maxLength": 3},
+                                    {"minLength": 2}])
+def test_a_length_bounded_string_is_printed_with_the_character_class_the_repair_replaces(bounds):
+    assert r'[^\"\\\r\n]' in printed({"type": "string", **bounds})
+
+
+@pytest.mark.parametrize("bound", [1, 3])
+def test_the_repaired_length_bound_counts_an_escape_as_one_character_and_refuses_a_raw_tab(bound):
+    grammar = xgr.Grammar.from_json_schema(json.dumps({"type": "string", "maxLength": bound}))
+    assert not accepts(grammar, r'"\n"') and accepts(grammar, '"\t"')
+    fixed = fix_string_lengths(grammar)
+    assert accepts(fixed, r'"\n"') and not accepts(fixed, '"\t"')
+
+
+def test_the_root_of_a_choice_is_printed_as_one_parenthesised_alternation():
+    alts, others = split_root(printed({"anyOf": [{"const": 1}, {"type": "string"}]}))
+    assert alts == ["(root_case_0)", "(basic_string)"]
+    assert any(line.startswith("root_case_0 ::= ") for line in others)
+
+
+def test_a_root_of_an_unknown_shape_is_a_printer_change():
+    with pytest.raises(PrinterChanged):
+        split_root('root ::= "a" | "b"')
+
+
+def test_a_pattern_is_printed_as_a_regex_call_the_repair_can_read():
+    assert regex_patterns(printed({"type": "string", "pattern": "a+<b"})) == ["a+<b"]
+
+
+def test_a_string_format_is_printed_as_rules_between_two_quotes():
+    shape = json_string_shape(printed({"type": "string", "format": "date"}))
+    assert shape is not None and shape[1] is None
+    shape = json_string_shape(printed({"type": "string", "pattern": "[a-z]+"}))
+    assert shape is not None and shape[1] == "[a-z]+"
+
+
+def test_json_numbers_are_printed_with_unbounded_digit_runs_that_the_repair_bounds():
+    text = printed({"type": "number"})
+    assert "[0-9]*" in text and "basic_number_digits{1, -1}" in text
+    bounded = bound_numbers(text, 100, 2)
+    assert "[0-9]*" not in bounded and "{1, -1}" not in bounded.split("basic_array")[0]
+    assert "basic_number_digits{1, 2}" in bounded and "[0-9]{0, 100}" in bounded
+
+
+def test_a_json_string_admits_less_than_until_the_repair_takes_it_out():
+    text = printed({"type": "string"})
+    assert ebnf_admits(text, "<")
+    assert not ebnf_admits(without_lt(text), "<")
+
+
+def test_string_literals_are_read_back_decoded():
+    assert string_literals('root ::= "a\\"b" | "<x>"') == ['a"b', "<x>"]
