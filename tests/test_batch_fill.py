@@ -81,3 +81,31 @@ def test_a_batch_of_one_fills_without_the_batch_matcher(service, llama3_info, mo
     bitmask = allocate_token_bitmask(1, llama3_info.vocab_size)
     fill_bitmasks([plain(service, llama3_info)], bitmask, [0])
     assert (bitmask[0] != -1).any()
+
+
+def test_the_fill_metric_times_one_call_in_its_sampling_period(service, llama3_info):
+    from tagjit.metrics import REGISTRY
+
+    def samples() -> float:
+        return REGISTRY.get_sample_value("tagjit_mask_fill_microseconds_count") or 0.0
+
+    batch = [plain(service, llama3_info), plain(service, llama3_info, prefix='{"city": "Os')]
+    bitmask = allocate_token_bitmask(2, llama3_info.vocab_size)
+    before = samples()
+    for _ in range(3 * matcher_mod.FILL_SAMPLE_EVERY):
+        fill_bitmasks(batch, bitmask, [0, 1])
+    assert samples() - before == 3
+
+
+def test_a_request_is_free_exactly_while_it_reasons(service, llama3_info):
+    m = Matcher(service.compile(Constraint.of(Kind.JSON, OBJECT)), vocab_size=llama3_info.vocab_size,
+                reasoning_end_ids=[STOP - 1])
+    bitmask = allocate_token_bitmask(1, llama3_info.vocab_size)
+    fill_bitmasks([m], bitmask, [0])
+    assert (bitmask[0] == -1).all()
+    assert m.accept_token(STOP - 1) and not m.in_reasoning
+    fill_bitmasks([m], bitmask, [0])
+    assert (bitmask[0] != -1).any()
+    m.reset()  # reasoning again, with its grammar already built
+    fill_bitmasks([m], bitmask, [0])
+    assert (bitmask[0] == -1).all()
