@@ -121,8 +121,9 @@ def test_min_and_max_properties_are_enforced(service):
 
 
 def test_whitespace_bound_still_applies(service):
-    assert accepts(service, PERSON, '{"age":1,' + " " * 8 + '"name":"a"}')
-    assert not accepts(service, PERSON, '{"age":1,' + " " * 9 + '"name":"a"}')
+    limit = service.settings.max_whitespace
+    assert accepts(service, PERSON, '{"age":1,' + " " * limit + '"name":"a"}')
+    assert not accepts(service, PERSON, '{"age":1,' + " " * (limit + 1) + '"name":"a"}')
 
 
 def test_explicit_keyword_in_an_ambiguous_union_is_a_clear_error():

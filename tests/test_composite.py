@@ -349,10 +349,10 @@ def test_half_new_tools_compile_only_the_new_parts(info):
 
 
 def test_unit_cache_is_bounded_in_bytes(info):
-    svc = CompileService(info, Settings(cache_bytes=4_000_000))
+    svc = CompileService(info, Settings(cache_bytes=1_000_000))
     try:
         svc.compile(tool_tag("hermes", TOOLS[:8]))
-        assert svc.units.bytes <= 4_000_000 and svc.units.evictions > 0
+        assert svc.units.bytes <= 1_000_000 and svc.units.evictions > 0
     finally:
         svc.close()
 

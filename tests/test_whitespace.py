@@ -1,5 +1,7 @@
 """Whitespace between JSON tokens is bounded by default, and the bound is configurable."""
 
+import pytest
+
 from tagjit import CompileService, Matcher, Settings
 from tagjit.constraint import Constraint, Kind
 
@@ -11,8 +13,13 @@ def accepts(service: CompileService, text: str) -> bool:
     return g.accept_string(text) and g.is_completed()
 
 
-def test_default_bound_accepts_pretty_printing(service):
-    assert accepts(service, '{\n    "a": 1\n}')
+@pytest.mark.parametrize("text", ['{"a":1}', '{"a": 1}', '{\n"a": 1\n}'], ids=["compact", "json.dumps", "newlines"])
+def test_default_accepts_the_usual_spellings(service, text):
+    assert accepts(service, text)
+
+
+def test_default_refuses_indentation(service):
+    assert not accepts(service, '{\n    "a": 1\n}')
 
 
 def test_default_bound_rejects_a_long_run_of_spaces(service):

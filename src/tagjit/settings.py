@@ -17,8 +17,11 @@ JitMode = Literal["auto", "always", "never"]
 class Settings:
     """Every knob tagjit has; the defaults are what a production server wants."""
 
-    max_whitespace: int | None = 8
-    """Most whitespace characters in a row between JSON tokens; None lets a model write any."""
+    max_whitespace: int | None = 1
+    """Most whitespace characters in a row between JSON tokens; None lets a model write any.
+
+    1 (compact JSON, ``json.dumps`` spacing, one newline between items) is the largest bound whose masks xgrammar
+    precomputes: 2 and more make the states around every separator context-dependent (benchmarks/mask_fill.py)."""
     strict_mode: bool = True
     """xgrammar strict mode: objects without ``additionalProperties`` take no extra keys."""
     any_order_default: bool = False
