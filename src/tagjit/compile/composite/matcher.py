@@ -12,6 +12,8 @@ import xgrammar as xgr
 from tagjit.compile.composite.plan import Ambiguous, FINAL, Plan
 from tagjit.compile.composite.vocab import LEX_CLASSES, VocabIndex, lex
 
+_MISSING = object()
+
 
 
 # -- compiled parts ------------------------------------------------------------------------------
@@ -62,7 +64,7 @@ class CompositeGrammar:
         self._outer_sims: dict[tuple[int, bytes], bool] = {}
         self._scratch: dict[int, xgr.GrammarMatcher] = {}
         self._follow: dict[int, frozenset[int]] = {}
-        self._exit_sel: dict[tuple[int, int, int, int], np.ndarray] = {}
+        self._exit_sel: dict[tuple[int, ...], tuple[np.ndarray, ...] | None] = {}
         self.start = self._state(self._close(0))
         self.nbytes = sum(u.nbytes for u in self.units) + 200 * len(p.edge_lit) + 4096
 
@@ -453,29 +455,41 @@ class CompositeMatcher:
         if exits:
             _set(row, exits)
 
-    def _exit_tokens(self, row: np.ndarray) -> list[int]:
-        """Tokens that complete the current unit part-way and go on in the outer text."""
+    def _exit_candidates(self) -> tuple[np.ndarray, ...] | None:
+        """The exit table rows possible at this unit edge and lexer state, with their bit positions (memoised)."""
         g, frame = self.g, self.frame
         assert frame is not None
         u = g.plan.edge_unit[frame.edge]
-        tids, splits, pids, effects = g.index.exit_table(g.plan.unit_last[u], g.follow(frame.edge))
-        if tids.size == 0:
-            return []
         if frame.lex is not None:
             # A bare JSON object/array completes where its nesting first returns to zero.
             depth, in_str, esc = frame.lex[-1]
             cls = LEX_CLASSES.index((in_str, esc if in_str else False))
-            sel_key = (u, frame.edge, cls, depth)
-            sel = g._exit_sel.get(sel_key)
-            if sel is None:
-                eff = effects[:, cls]
-                sel = g._exit_sel[sel_key] = np.nonzero((depth + eff[:, 0] == 0) & (depth + eff[:, 1] > 0)
-                                                        & (eff[:, 2] == 1))[0]
-            if sel.size == 0:
-                return []
+            key: tuple[int, ...] = (u, frame.edge, cls, depth)
+        else:
+            key = (u, frame.edge)
+        hit = g._exit_sel.get(key, _MISSING)
+        if hit is not _MISSING:
+            return hit
+        tids, splits, pids, effects = g.index.exit_table(g.plan.unit_last[u], g.follow(frame.edge))
+        if tids.size and frame.lex is not None:
+            eff = effects[:, cls]
+            sel = np.nonzero((depth + eff[:, 0] == 0) & (depth + eff[:, 1] > 0) & (eff[:, 2] == 1))[0]
             tids, splits, pids = tids[sel], splits[sel], pids[sel]
-        keep = ((row[pids >> 5] >> (pids & 31).astype(np.uint32)) & 1).astype(bool)
-        keep &= ~(((row[tids >> 5] >> (tids & 31).astype(np.uint32)) & 1).astype(bool))
+        hit = None if tids.size == 0 else (tids, splits, pids >> 5, (pids & 31).astype(np.uint32), tids >> 5,
+                                           (tids & 31).astype(np.uint32))
+        g._exit_sel[key] = hit
+        return hit
+
+    def _exit_tokens(self, row: np.ndarray) -> list[int]:
+        """Tokens that complete the current unit part-way and go on in the outer text."""
+        g, frame = self.g, self.frame
+        assert frame is not None
+        cand = self._exit_candidates()
+        if cand is None:
+            return []
+        tids, splits, pid_words, pid_bits, tid_words, tid_bits = cand
+        keep = ((row[pid_words] >> pid_bits) & 1).astype(bool)
+        keep &= ~(((row[tid_words] >> tid_bits) & 1).astype(bool))
         if not keep.any():
             return []
         m, after, out = frame.matcher, g.after(frame.edge), []
