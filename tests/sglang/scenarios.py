@@ -95,10 +95,12 @@ def rejected_token(constraint: dict, text: str) -> dict:
 
 
 def masks_vs_xgrammar(constraint: dict, text: str, max_whitespace: int) -> dict:
-    """Step through text: tagjit's mask vs SGLang's xgrammar backend's mask at every token."""
+    """Step through text: tagjit's mask vs SGLang's xgrammar backend's mask at every token, both under SGLang's
+    ``--constrained-json-max-whitespace-cnt``."""
     from sglang.srt.constrained.xgrammar_backend import XGrammarGrammarBackend
 
-    g = S.ready(S.manager(), S.request("m", **constraint))
+    mgr = S.manager(constrained_json_max_whitespace_cnt=max_whitespace)
+    g = S.ready(mgr, S.request("m", **constraint))
     xb = XGrammarGrammarBackend(S.tokenizer(), vocab_size=S.MODEL_VOCAB, model_eos_token_ids=[S.EOS],
                                 max_whitespace_cnt=max_whitespace)
     (key_type, key_string), = [(k.replace("json_schema", "json"), v) for k, v in constraint.items()]
