@@ -74,3 +74,38 @@ def test_none_gives_text_without_tool_call_openings(tool_client, bias):
 def test_named_tool_missing_from_tools_is_a_400(tool_client, bias):
     with pytest.raises(openai.BadRequestError):
         call(tool_client, bias, tool_choice={"type": "function", "function": {"name": "no_such_tool"}})
+
+
+@pytest.fixture(scope="module")
+def compact_client():
+    """A server with vLLM's disable_any_whitespace: tagjit's grammars take compact JSON only."""
+    with vllm_server("tagjit", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+                     "--structured-outputs-config.disable_any_whitespace", "true") as url:
+        yield openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=120)
+
+
+def test_required_tool_calls_work_under_disable_any_whitespace(compact_client, bias):
+    message = call(compact_client, bias, tool_choice="required")
+    assert_valid_calls(message.tool_calls)
+
+
+def test_json_schema_output_is_compact_under_disable_any_whitespace(compact_client, bias):
+    schema = WEATHER["function"]["parameters"]
+    out = compact_client.chat.completions.create(
+        model="tiny", messages=MESSAGES, max_tokens=200, logit_bias={**bias, EOS: 8.0}, temperature=1.0, seed=3,
+        response_format={"type": "json_schema", "json_schema": {"name": "w", "schema": schema}}).choices[0]
+    jsonschema.validate(json.loads(out.message.content), schema)
+    assert not set(outside_strings(out.message.content)) & set(" \n\r\t")
+
+
+def outside_strings(text: str) -> str:
+    """The characters of a JSON text that are not inside a string literal."""
+    out, in_str, esc = [], False, False
+    for ch in text:
+        if in_str:
+            esc, in_str = (False, True) if esc else (ch == "\\", ch != '"')
+        elif ch == '"':
+            in_str = True
+        else:
+            out.append(ch)
+    return "".join(out)

@@ -4,6 +4,7 @@ import pytest
 
 from tagjit import CompileService, Matcher, Settings
 from tagjit.constraint import Constraint, Kind
+from pools import UNHURRIED
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 
@@ -30,13 +31,13 @@ def test_default_bound_rejects_a_long_run_of_spaces(service):
 
 
 def test_bound_is_configurable(llama3_info):
-    compact = CompileService(llama3_info, Settings(max_whitespace=0))
+    compact = CompileService(llama3_info, UNHURRIED.replace(max_whitespace=0))
     assert accepts(compact, '{"a":1}')
     assert not accepts(compact, '{"a": 1}')
 
 
 def test_unbounded_when_configured(llama3_info):
-    free = CompileService(llama3_info, Settings(max_whitespace=None))
+    free = CompileService(llama3_info, UNHURRIED.replace(max_whitespace=None))
     assert accepts(free, "{" + " " * 200 + '"a": 1}')
 
 
@@ -49,3 +50,13 @@ def test_structural_tag_json_content_is_bounded(service):
     tag = {"format": {"type": "json_schema", "json_schema": SCHEMA}}
     g = Matcher(service.compile(Constraint.of(Kind.STRUCTURAL_TAG, tag)), vocab_size=service.vocab_size)
     assert not (g.accept_string("{" + " " * 50 + '"a": 1}') and g.is_completed())
+
+
+def test_structural_tag_json_content_is_compact_under_compact_settings(llama3_info):
+    compact = CompileService(llama3_info, UNHURRIED.replace(max_whitespace=0))
+    tag = {"format": {"type": "json_schema", "json_schema": SCHEMA}}
+    accepts = []
+    for text in ('{"a":1}', '{"a": 1}'):
+        g = Matcher(compact.compile(Constraint.of(Kind.STRUCTURAL_TAG, tag)), vocab_size=compact.vocab_size)
+        accepts.append(g.accept_string(text) and g.is_completed())
+    assert accepts == [True, False]

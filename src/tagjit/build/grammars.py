@@ -144,9 +144,22 @@ def _prepare_format(node: Any, s: Settings) -> Any:
         if "json_schema" not in node:
             raise ConstraintError("structural_tag json_schema format needs a 'json_schema'")
         out["json_schema"] = schema_mod.prepared(compact_json(node["json_schema"]))
-        if TAG_WHITESPACE_BOUND and s.max_whitespace and "max_whitespace_cnt" not in node:
-            out["max_whitespace_cnt"] = s.max_whitespace
+        bound = node.get("max_whitespace_cnt", s.max_whitespace if TAG_WHITESPACE_BOUND else None)
+        if bound == 0:
+            return _compact_json_content(out, s)
+        if TAG_WHITESPACE_BOUND and bound is not None:
+            out["max_whitespace_cnt"] = bound
     return out
+
+
+def _compact_json_content(node: dict, s: Settings) -> dict:
+    """A tag's JSON content without whitespace: xgrammar's tag format takes only a positive bound, so a JSON-style
+    content becomes the compact JSON grammar of its schema; other styles get xgrammar's least bound, 1."""
+    if node.get("style", "json") != "json" or set(node) - {"type", "json_schema", "style", "max_whitespace_cnt"}:
+        return {**node, "max_whitespace_cnt": 1}
+    grammar = xgr.Grammar.from_json_schema(json.dumps(node["json_schema"]), strict_mode=s.strict_mode,
+                                           **whitespace_options(s.replace(max_whitespace=0)))
+    return {"type": "grammar", "grammar": str(grammar)}
 
 
 _BUILDERS = {
