@@ -258,17 +258,58 @@ def test_tags_are_deterministic_and_keep_request_order():
     assert names == [t["function"]["name"] for t in ts]
 
 
-def test_the_per_tool_part_depends_only_on_format_tool_and_mode():
+def part_text(fmt, tool: dict, schema, settings: Settings) -> str:
+    """The per-tool part's tags as they stand inside a tag's JSON text."""
+    from tagjit.constraint import compact_json
+
+    return compact_json(tools.call_tags(fmt, tool["function"]["name"], schema, settings))[1:-1]
+
+
+# One format per layout and argument style: JSON in triggered tags, XML arguments, the messages layout.
+@pytest.mark.parametrize("name", ["hermes", "qwen3_coder", "gpt_oss"])
+def test_the_per_tool_part_is_the_same_whatever_tools_come_with_it(name):
+    fmt, settings = load_format(name), Settings(tool_scope="always")
+    part = part_text(fmt, TIME, TIME["function"]["parameters"], settings)
+    for companions in ([WEATHER], [], [WEATHER, *bfcl.load_tools(DATA / "bfcl", 3)]):
+        assert part in tools.build_tool_tag_json(fmt, [*companions, TIME], "required", True, settings)
+
+
+@pytest.mark.parametrize("name", ["hermes", "qwen3_coder", "gpt_oss"])
+def test_the_per_tool_part_follows_the_schema_mode(name):
+    fmt, schema = load_format(name), TIME["function"]["parameters"]
+    free = Settings(tool_scope="always", tool_schema_mode="auto")  # a tool not marked strict: free arguments
+    tag = tools.build_tool_tag_json(fmt, [WEATHER, TIME], "required", True, free)
+    assert part_text(fmt, TIME, None, free) in tag
+    assert part_text(fmt, TIME, schema, free) not in tag
+
+
+def test_a_tool_seen_before_reuses_its_part(monkeypatch):
+    fmt, settings = load_format("qwen3_coder"), Settings(tool_scope="always")
+    built: list[str] = []
+    real = tools.tag.arguments_content
+
+    def counted(fmt_, schema, settings_, schema_json=None):
+        built.append(json.dumps(schema))
+        return real(fmt_, schema, settings_, schema_json)
+
+    monkeypatch.setattr(tools.tag, "arguments_content", counted)
+    seen = {"type": "object", "properties": {"seen_once": {"type": "string"}}}
+    one = {"type": "function", "function": {"name": "seen_once", "parameters": seen}}
+    tools.build_tool_tag_json(fmt, [one, WEATHER], "required", True, settings)
+    tools.build_tool_tag_json(fmt, [TIME, one], "required", True, settings)
+    assert built.count(json.dumps(seen)) == 1
+
+
+def test_the_whitespace_bound_is_part_of_the_per_tool_part():
+    fmt, schema = load_format("hermes"), TIME["function"]["parameters"]
+    assert part_text(fmt, TIME, schema, Settings(max_whitespace=0)) != part_text(fmt, TIME, schema, Settings())
+
+
+def test_xml_arguments_follow_the_request_settings_not_the_process_settings():
     fmt = load_format("qwen3_coder")
-    schema = TIME["function"]["parameters"]
-    part = tools.call_tags(fmt, "get_time", schema, 8)
-    for companions in ([WEATHER], []):
-        tag = build_tool_tag(fmt, [*companions, TIME], "required", settings=Settings())
-        body = tag["format"]
-        tags = body["elements"][0]["tags"] if body["type"] == "sequence" else body["tags"]
-        assert part[0] in tags
-    hermes_fmt = load_format("hermes")  # JSON arguments: the whitespace bound is part of the key
-    assert tools.call_tags(hermes_fmt, "get_time", schema, 0) != tools.call_tags(hermes_fmt, "get_time", schema, 8)
+    schema = {"type": "object", "properties": {"filter": {"type": "object", "properties": {"a": {"type": "string"}}}}}
+    strict, lenient = Settings(strict_mode=True), Settings(strict_mode=False)
+    assert part_text(fmt, TIME, schema, strict) != part_text(fmt, TIME, schema, lenient)
 
 
 @pytest.mark.parametrize("fmt", tools.format_names())
@@ -281,3 +322,20 @@ def test_the_tag_text_is_the_canonical_json_of_the_tag(fmt, choice):
         text = tools.build_tool_tag_json(fmt, tool_list, choice, parallel, Settings(tool_scope="always"))
         assert text == compact_json(build_tool_tag(fmt, tool_list, choice, parallel, Settings(tool_scope="always")))
         assert json.loads(text)["type"] == "structural_tag"
+
+
+def test_tool_arguments_are_compact_json_under_compact_settings(qwen2_info):
+    """vLLM's disable_any_whitespace: the arguments take no whitespace (xgrammar's tag format has no bound 0)."""
+    compact = UNHURRIED.replace(max_whitespace=0, tool_scope="always")
+    svc = CompileService(qwen2_info, compact)
+    tag = build_tool_tag(load_format("hermes"), [TIME], "required", True, compact)
+    assert accepts(svc, tag, call("get_time", {"zone": "UTC"}).replace('{"zone": "UTC"}', '{"zone":"UTC"}'))
+    assert not accepts(svc, tag, call("get_time", {"zone": "UTC"}))
+
+
+def test_a_tag_json_content_keeps_strict_mode_when_compact(qwen2_info):
+    compact = UNHURRIED.replace(max_whitespace=0)
+    svc = CompileService(qwen2_info, compact)
+    tag = {"type": "structural_tag", "format": {"type": "json_schema", "json_schema": TIME["function"]["parameters"]}}
+    assert accepts(svc, tag, '{"zone":"UTC"}')
+    assert not accepts(svc, tag, '{"zone":"UTC","extra":1}')

@@ -8,7 +8,7 @@ request's ``tools``, ``tool_choice`` and ``parallel_tool_calls`` into an xgramma
 (``{"type": "structural_tag", "format": ...}``) in that format, or None when nothing applies.
 
 The per-tool part (``call_tags``) is a pure function of (format, tool name, argument schema or
-None), so it can be memoised by an order-preserving key; tags are built in request order.
+None, settings), so it can be memoised by an order-preserving key; tags are built in request order.
 """
 
 from __future__ import annotations

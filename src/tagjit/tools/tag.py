@@ -90,7 +90,7 @@ def constrains_arguments(tool: Tool, mode: str) -> bool:
 
 # -- tags ----------------------------------------------------------------------------------------
 
-def arguments_content(fmt: ToolFormat, schema: dict | bool | None, max_whitespace: int | None,
+def arguments_content(fmt: ToolFormat, schema: dict | bool | None, settings: Settings,
                       schema_json: str | None = None) -> dict:
     """The argument part of one call: the schema (or any object, if None) in the format's style
     (``schema_json``: the schema's ``spec.compact_json``, if the caller has it)."""
@@ -98,28 +98,28 @@ def arguments_content(fmt: ToolFormat, schema: dict | bool | None, max_whitespac
         schema_mod.prepared(schema_json or compact_json(schema))
     if fmt.arguments in xml_args.STYLES:  # tagjit's own grammar: exactly what the engine's parser returns
         st = xml_args.style(fmt.arguments, fmt.argument_syntax)
-        return xml_args.arguments_node(st, schema, get_settings().replace(max_whitespace=max_whitespace))
+        return xml_args.arguments_node(st, schema, settings)
     if schema is None:
         schema = {"type": "object"}
     node: dict[str, Any] = {"type": "json_schema", "json_schema": schema}
     if fmt.arguments != "json":
         node["style"] = fmt.arguments
-    if TAG_WHITESPACE_BOUND and max_whitespace is not None:
-        node["max_whitespace_cnt"] = max_whitespace
+    if TAG_WHITESPACE_BOUND and settings.max_whitespace is not None:
+        node["max_whitespace_cnt"] = settings.max_whitespace
     return node
 
 
-def call_tags(fmt: ToolFormat, name: str, schema: dict | bool | None, max_whitespace: int | None) -> list[dict]:
+def call_tags(fmt: ToolFormat, name: str, schema: dict | bool | None, settings: Settings) -> list[dict]:
     """The tags of one tool (one per call syntax); pure in its arguments, memoised by their JSON text."""
     key = compact_json(schema)  # key order kept: it is generation order
-    return json.loads(_call_tags_json(fmt, name, key, max_whitespace, schema))
+    return json.loads(_call_tags_json(fmt, name, key, settings, schema))
 
 
 # Keyed by the schema's text; the schema itself rides along so that a miss need not parse the text again.
 @bounded_memo(lambda: get_settings().memo_bytes, lambda key, value: len(key[2]) + len(value), keyed_by=4)
-def _call_tags_json(fmt: ToolFormat, name: str, schema_json: str, max_whitespace: int | None,
+def _call_tags_json(fmt: ToolFormat, name: str, schema_json: str, settings: Settings,
                     schema: dict | bool | None) -> str:
-    args = arguments_content(fmt, schema, max_whitespace, schema_json)
+    args = arguments_content(fmt, schema, settings, schema_json)
     tags = []
     for c in fmt.call:
         begin = c.begin.replace("{name}", name)
@@ -276,7 +276,7 @@ def build_tool_tag_json(fmt: ToolFormat | str, tools: Sequence[Mapping[str, Any]
         for t in function_tools:
             schema = t.parameters if constrains_arguments(t, settings.tool_schema_mode) else None
             try:
-                text = _call_tags_json(fmt, t.name, compact_json(schema), settings.max_whitespace, schema)
+                text = _call_tags_json(fmt, t.name, compact_json(schema), settings, schema)
             except ConstraintError as e:  # keep the subclass (UnsupportedFeatureError), name the tool
                 e.args = (f"tool {t.name!r}: {e}",)
                 raise
