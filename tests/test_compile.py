@@ -148,6 +148,7 @@ def test_schemas_differing_only_in_property_order_compile_to_different_grammars(
 
 def test_a_trusted_constraint_is_not_rebuilt_by_validation(monkeypatch):
     from tagjit.compile import service as compiler
+    from tagjit.compile import validation
 
     trusted = Constraint.of(Kind.REGEX, "trusted-[a-z]{3}")
     other = Constraint.of(Kind.REGEX, "untrusted-[a-z]{3}")
@@ -156,7 +157,7 @@ def test_a_trusted_constraint_is_not_rebuilt_by_validation(monkeypatch):
     def refuse(*_args, **_kwargs):
         raise ConstraintError("built again")
 
-    monkeypatch.setattr(compiler, "build_grammar", refuse)
+    monkeypatch.setattr(validation, "build_grammar", refuse)
     compiler.validate(trusted)
     with pytest.raises(ConstraintError, match="built again"):
         compiler.validate(other)
@@ -164,6 +165,7 @@ def test_a_trusted_constraint_is_not_rebuilt_by_validation(monkeypatch):
 
 def test_the_service_and_the_api_server_share_one_validation(service, monkeypatch):
     from tagjit.compile import service as compiler
+    from tagjit.compile import validation
 
     c = Constraint.of(Kind.REGEX, "shared-validation-[0-9]{2}")
     compiler.validate(c, service.settings)  # the API server's check (vLLM)
@@ -171,7 +173,7 @@ def test_the_service_and_the_api_server_share_one_validation(service, monkeypatc
     def refuse(*_args, **_kwargs):
         raise ConstraintError("validated twice")
 
-    monkeypatch.setattr(compiler, "build_grammar", refuse)
+    monkeypatch.setattr(validation, "build_grammar", refuse)
     service.validate(c)  # the engine's check (SGLang) finds it done
 
 
@@ -190,6 +192,24 @@ def test_validation_lints_a_schema_once_whichever_engine_asks(service):
     service.validate(c)
     assert findings() == before + 1
     compiler.validate(c, service.settings)  # vLLM's API-server path
+    assert findings() == before + 1
+
+
+def test_validating_an_already_compiled_constraint_still_lints_it(service):
+    from tagjit.metrics import LINT
+
+    def findings() -> float:
+        return LINT.labels("decision-before-reasoning")._value.get()
+
+    schema = {"type": "object", "properties": {"verdict": {"enum": ["yes", "no"]}, "reasoning": {"type": "string"},
+                                               "case": {"const": "lint-after-compile"}}}
+    c = Constraint.of(Kind.JSON, schema)
+    service.compile(c)  # compiled first (a warm-up, or an earlier request), never validated
+    assert service.cached(c) is not None
+    before = findings()
+    service.validate(c)  # SGLang's path: the memory cache holds it, the lint still runs
+    assert findings() == before + 1
+    service.validate(c)
     assert findings() == before + 1
 
 

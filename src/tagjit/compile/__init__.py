@@ -1,1 +1,1 @@
-"""Compiling and caching: the per-tokenizer compile service (``service``), its caches (``cache``), the JIT policy (``jit``), warm-up lists (``warmup``) and tool-call composites (``composite``)."""
+"""Compiling and caching: the per-tokenizer compile service (``service``), its caches (``cache``), thread pools (``pools``) and validation (``validation``), the JIT policy (``jit``), warm-up lists (``warmup``) and tool-call composites (``composite``)."""

@@ -1,8 +1,9 @@
-"""Caches of compiled grammars: a byte-bounded LRU in memory and an optional shared directory on disk."""
+"""Caches of compiled grammars: a byte-bounded LRU in memory, an optional shared directory on disk, the keys' salt."""
 
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import json
 import logging
 import os
@@ -11,8 +12,19 @@ import threading
 from collections import OrderedDict
 from typing import Any, Callable, Generic, Hashable, TypeVar
 
+from tagjit import metrics
+from tagjit.settings import Settings
+
 V = TypeVar("V")
 log = logging.getLogger("tagjit")
+FORMAT_VERSION = "1"
+XGRAMMAR_VERSION = importlib.metadata.version("xgrammar")
+
+
+def grammar_salt(settings: Settings) -> str:
+    """What besides the constraint decides its grammar: tagjit's and xgrammar's versions and the grammar settings."""
+    return "|".join([FORMAT_VERSION, XGRAMMAR_VERSION, str(settings.max_whitespace), str(settings.strict_mode),
+                     str(settings.any_order_default)])
 
 
 class LRUCache(Generic[V]):
@@ -156,6 +168,22 @@ class DiskCache:
             return None
         self.hits += 1
         return payload
+
+    def load(self, key: str, decode: Callable[[str], V]) -> V | None:
+        """The payload under key decoded, or None (a miss: absent, stale, or not decodable and then discarded)."""
+        payload = self.get(key)
+        if payload is not None:
+            try:
+                value = decode(payload)
+            except Exception as e:  # version skew or corruption: rebuild
+                log.warning("tagjit: unusable grammar cache entry %s (%s); rebuilding", key[:12], e)
+                self.corrupt += 1
+                self.discard(key)
+            else:
+                metrics.CACHE.labels("disk", "hit").inc()
+                return value
+        metrics.CACHE.labels("disk", "miss").inc()
+        return None
 
     def put(self, key: str, payload: str) -> None:
         """Store a payload atomically; errors (full disk, permissions) are logged, never raised."""

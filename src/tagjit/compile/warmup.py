@@ -11,11 +11,26 @@ A warm-up file is JSON, either a list of JSON schemas or an object with any of::
 from __future__ import annotations
 
 import json
-from typing import Any
+import logging
+from typing import Any, Callable, Sequence
 
 from tagjit.errors import ConstraintError
 from tagjit.settings import Settings, get_settings
 from tagjit.constraint import Constraint, Kind
+
+log = logging.getLogger("tagjit")
+
+
+def warm_up(compile_one: Callable[[Constraint], object], constraints: Sequence[Constraint]) -> int:
+    """Compile constraints ahead of traffic; returns how many compiled (bad ones are logged and skipped)."""
+    ok = 0
+    for c in constraints:
+        try:
+            compile_one(c)
+            ok += 1
+        except ConstraintError as e:
+            log.warning("tagjit: warm-up constraint skipped: %s", e)
+    return ok
 
 
 def load_warmup(path: str, settings: Settings | None = None) -> list[Constraint]:

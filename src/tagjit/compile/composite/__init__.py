@@ -19,6 +19,8 @@ until it completes, then the automaton again. A token may straddle a boundary (`
 mask there is the union of the current part's own mask and the tokens ``a + b`` where the current part
 accepts ``a`` and completes and the next part accepts ``b``. Where the split of a token between parts
 could be ambiguous the matcher switches, exactly, to the full grammar (compiled then) and replays.
+
+``assemble`` (imported by the compile service, not here) builds a composite from units it compiles and caches.
 """
 
 from tagjit.compile.composite.matcher import CompositeGrammar, CompositeMatcher, Unit, make_unit
