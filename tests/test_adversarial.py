@@ -19,6 +19,7 @@ from tagjit import CompileLimitError, CompileService, ConstraintError, Settings
 from tagjit.build.grammars import MAX_CHOICES, MAX_REGEX_CHARS, build_grammar
 from tagjit.schema import MAX_DEPTH, MAX_ENUM_VALUES
 from tagjit.constraint import Constraint, Kind
+from pools import UNHURRIED
 
 
 def build(kind: Kind, source) -> None:
@@ -174,7 +175,7 @@ FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=list(Healt
 @pytest.fixture(scope="module")
 def textual():
     """Grammars for an empty vocabulary (text acceptance is vocabulary-free); strict_mode off, as JSON Schema."""
-    return CompileService(xgr.TokenizerInfo([]), Settings(strict_mode=False))
+    return CompileService(xgr.TokenizerInfo([]), UNHURRIED.replace(strict_mode=False))
 
 
 @FUZZ

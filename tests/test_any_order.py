@@ -89,7 +89,7 @@ def test_nested_objects_opt_in_independently(service):
 
 
 def test_server_default_opts_every_object_in_and_false_opts_out(llama3_info):
-    svc = CompileService(llama3_info, Settings(any_order_default=True))
+    svc = CompileService(llama3_info, UNHURRIED.replace(any_order_default=True))
     inner = {"type": "object", "x-any-order": False, "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}}
     schema = {"type": "object", "properties": {"b": {"type": "integer"}, "a": inner}, "required": ["a", "b"]}
     assert accepts(svc, schema, '{"a": {"x": 1, "y": 2}, "b": 1}')
@@ -133,7 +133,7 @@ def test_explicit_keyword_in_an_ambiguous_union_is_a_clear_error():
 
 
 def test_server_default_keeps_declared_order_where_it_cannot_track(llama3_info):
-    svc = CompileService(llama3_info, Settings(any_order_default=True))
+    svc = CompileService(llama3_info, UNHURRIED.replace(any_order_default=True))
     a = {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}, "required": ["x", "y"]}
     b = {"type": "object", "properties": {"q": {"type": "integer"}}, "required": ["q"]}
     schema = {"anyOf": [a, b]}
@@ -288,7 +288,7 @@ SMALL = {
 @pytest.mark.parametrize("tokenizer", ["qwen2_info", "llama3_info"])
 def test_mask_equals_the_exact_grammar_mask_along_random_walks(request, tokenizer):
     info = request.getfixturevalue(tokenizer)
-    svc = CompileService(info, Settings(max_whitespace=1))
+    svc = CompileService(info, UNHURRIED.replace(max_whitespace=1))
     ours = svc.grammar(Constraint.of("json", SMALL))
     exact = svc.grammar(Constraint.of("json", exact_schema(SMALL)))
     vocab = [bytes(t) for t in info.decoded_vocab]

@@ -49,7 +49,7 @@ def test_bounded_memo_returns_the_memoised_result():
 
 
 def test_memory_cache_is_bounded_in_bytes(llama3_info):
-    svc = CompileService(llama3_info, Settings(cache_bytes=100_000))
+    svc = CompileService(llama3_info, UNHURRIED.replace(cache_bytes=100_000))
     for i in range(6):
         svc.compile(Constraint.of(Kind.REGEX, f"bounded-{i}-[a-z]+"))
     assert svc.memory.bytes <= 100_000
@@ -57,7 +57,7 @@ def test_memory_cache_is_bounded_in_bytes(llama3_info):
 
 
 def test_disk_cache_is_shared_between_services(llama3_info, tmp_path):
-    settings = Settings(disk_cache_dir=str(tmp_path))
+    settings = UNHURRIED.replace(disk_cache_dir=str(tmp_path))
     c = Constraint.of(Kind.JSON, {"type": "object", "properties": {"d": {"type": "string"}}})
     CompileService(llama3_info, settings).compile(c)
     other = CompileService(llama3_info, settings)
@@ -66,7 +66,7 @@ def test_disk_cache_is_shared_between_services(llama3_info, tmp_path):
 
 
 def test_corrupt_disk_cache_file_is_rebuilt_not_fatal(llama3_info, tmp_path):
-    settings = Settings(disk_cache_dir=str(tmp_path))
+    settings = UNHURRIED.replace(disk_cache_dir=str(tmp_path))
     c = Constraint.of(Kind.REGEX, "corrupt-[0-9]+")
     first = CompileService(llama3_info, settings)
     first.compile(c)
@@ -82,8 +82,8 @@ def test_corrupt_disk_cache_file_is_rebuilt_not_fatal(llama3_info, tmp_path):
 
 def test_disk_cache_entry_from_another_version_is_ignored(llama3_info, tmp_path):
     c = Constraint.of(Kind.REGEX, "versioned-[0-9]+")
-    CompileService(llama3_info, Settings(disk_cache_dir=str(tmp_path))).compile(c)
-    other = CompileService(llama3_info, Settings(disk_cache_dir=str(tmp_path), max_whitespace=3))
+    CompileService(llama3_info, UNHURRIED.replace(disk_cache_dir=str(tmp_path))).compile(c)
+    other = CompileService(llama3_info, UNHURRIED.replace(disk_cache_dir=str(tmp_path), max_whitespace=3))
     other.compile(c)
     assert other.disk.hits == 0
 
@@ -100,7 +100,7 @@ def _compile_in_process(directory: str, tokenizer: str, patterns: list[str]) -> 
     from tagjit import CompileService, Settings, load_tokenizer_info
     from tagjit.constraint import Constraint, Kind
 
-    svc = CompileService(load_tokenizer_info(tokenizer), Settings(disk_cache_dir=directory))
+    svc = CompileService(load_tokenizer_info(tokenizer), UNHURRIED.replace(disk_cache_dir=directory))
     for p in patterns:
         svc.compile(Constraint.of(Kind.REGEX, p))
     return svc.disk.corrupt
@@ -119,7 +119,7 @@ def test_processes_sharing_a_disk_cache_never_see_torn_files(tmp_path):
     with ctx.Pool(3) as pool:
         corrupt = pool.starmap(_compile_in_process, [(str(tmp_path), tokenizer, patterns)] * 3)
     assert corrupt == [0, 0, 0]
-    reader = CompileService(load_tokenizer_info(tokenizer), Settings(disk_cache_dir=str(tmp_path)))
+    reader = CompileService(load_tokenizer_info(tokenizer), UNHURRIED.replace(disk_cache_dir=str(tmp_path)))
     for p in patterns:
         reader.compile(Constraint.of(Kind.REGEX, p))
     assert reader.disk.hits == len(patterns) and reader.disk.corrupt == 0

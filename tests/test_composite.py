@@ -349,7 +349,7 @@ def test_half_new_tools_compile_only_the_new_parts(info):
 
 
 def test_unit_cache_is_bounded_in_bytes(info):
-    svc = CompileService(info, Settings(cache_bytes=1_000_000))
+    svc = CompileService(info, UNHURRIED.replace(cache_bytes=1_000_000))
     try:
         svc.compile(tool_tag("hermes", TOOLS[:8]))
         assert svc.units.bytes <= 1_000_000 and svc.units.evictions > 0

@@ -17,6 +17,7 @@ import xgrammar as xgr
 from shared_data import SCHEMAS, maskbench
 from tagjit import CompileService, ConstraintError, Settings, UnsupportedFeatureError
 from tagjit.constraint import Constraint, Kind
+from pools import UNHURRIED
 
 
 def accepts(service: CompileService, schema, text: str) -> bool:
@@ -121,7 +122,7 @@ def test_invalid_instances_xgrammar_accepts_are_rejected(service, llama3_info, n
 @pytest.fixture(scope="module")
 def lenient(llama3_info):
     """strict_mode off: objects take undeclared keys, as JSON Schema says (some valid instances have them)."""
-    return CompileService(llama3_info, Settings(strict_mode=False))
+    return CompileService(llama3_info, UNHURRIED.replace(strict_mode=False))
 
 
 @pytest.mark.parametrize("name", sorted(ENFORCED), ids=[ENFORCED[n] for n in sorted(ENFORCED)])
@@ -197,7 +198,7 @@ def sample(step: int) -> list[str]:
 @pytest.fixture(scope="module")
 def textual():
     """Grammars compiled for an empty vocabulary: text acceptance is the same, compiles are fast."""
-    return CompileService(xgr.TokenizerInfo([]), Settings())
+    return CompileService(xgr.TokenizerInfo([]), UNHURRIED)
 
 
 def test_no_invalid_instance_is_accepted_on_a_maskbench_sample(textual):

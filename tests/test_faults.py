@@ -33,7 +33,7 @@ def test_failed_jit_compile_lets_that_request_only_stop(llama3_info):
 
 
 def test_compile_over_the_time_limit_is_a_limit_error_for_that_request_alone(llama3_info):
-    svc = CompileService(llama3_info, Settings(compile_timeout_s=0.05, compile_threads=1))
+    svc = CompileService(llama3_info, UNHURRIED.replace(compile_timeout_s=0.05, compile_threads=1))
     with compile_pool_held(svc), pytest.raises(CompileLimitError, match="did not compile within 0.05 s"):
         svc.compile(GOOD)
     svc.submit(GOOD).result()
@@ -41,7 +41,7 @@ def test_compile_over_the_time_limit_is_a_limit_error_for_that_request_alone(lla
 
 
 def test_jit_grammar_past_the_time_limit_only_stops(llama3_info):
-    svc = CompileService(llama3_info, Settings(compile_timeout_s=0.05, compile_threads=1))
+    svc = CompileService(llama3_info, UNHURRIED.replace(compile_timeout_s=0.05, compile_threads=1))
     with compile_pool_held(svc):
         g = svc.jit_grammar(GOOD, stop_token_ids=[EOT])
         bm = allocate_token_bitmask(1, llama3_info.vocab_size)
@@ -54,7 +54,7 @@ def test_jit_grammar_past_the_time_limit_only_stops(llama3_info):
 
 def test_disk_cache_entry_for_another_tokenizer_is_rebuilt(llama3_info, qwen2_info, tmp_path):
     """A payload xgrammar refuses to load (DeserializeFormatError) is discarded and rebuilt."""
-    settings = Settings(disk_cache_dir=str(tmp_path))
+    settings = UNHURRIED.replace(disk_cache_dir=str(tmp_path))
     llama = CompileService(llama3_info, settings)
     llama.compile(GOOD)
     (path,) = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path) for f in fs if f.endswith(".json")]
@@ -72,7 +72,7 @@ def test_disk_cache_entry_for_another_tokenizer_is_rebuilt(llama3_info, qwen2_in
 
 
 def test_disk_cache_file_that_is_not_json_is_rebuilt(llama3_info, tmp_path):
-    settings = Settings(disk_cache_dir=str(tmp_path))
+    settings = UNHURRIED.replace(disk_cache_dir=str(tmp_path))
     CompileService(llama3_info, settings).compile(GOOD)
     (path,) = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path) for f in fs if f.endswith(".json")]
     with open(path, "wb") as f:

@@ -6,7 +6,7 @@ import pytest
 import torch
 import xgrammar as xgr
 
-from pools import compile_pool_held
+from pools import UNHURRIED, compile_pool_held
 from tagjit import CompileLimitError, CompileService, Matcher, Settings, allocate_token_bitmask
 from tagjit.runtime.matcher import allowed_tokens
 from tagjit.constraint import Constraint, Kind
@@ -119,7 +119,7 @@ def test_mask_allows_only_valid_next_tokens(grammar, llama3_info):
 
 
 def test_jit_grammar_is_returned_before_its_compile_and_waits_for_it_at_its_first_mask(llama3_info):
-    svc = CompileService(llama3_info, Settings(compile_threads=1))
+    svc = CompileService(llama3_info, UNHURRIED.replace(compile_threads=1))
     c = Constraint.of(Kind.JSON, {"type": "object", "properties": {"jit": {"type": "integer"}}, "required": ["jit"]})
     with compile_pool_held(svc):
         g = svc.jit_grammar(c)

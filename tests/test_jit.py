@@ -2,7 +2,7 @@
 
 import torch
 
-from pools import compile_pool_held
+from pools import UNHURRIED, compile_pool_held
 from tagjit import CompileService, Settings, allocate_token_bitmask
 from tagjit.compile.jit import JitPolicy
 from tagjit.metrics import JIT_DECISIONS
@@ -76,7 +76,7 @@ def test_every_decision_is_counted():
 
 def test_jit_mask_equals_the_mask_of_a_synchronously_compiled_grammar(service, llama3_info):
     c = Constraint.of(Kind.JSON, {"type": "object", "properties": {"jit2": {"enum": ["a", "b"]}}})
-    jit_service = CompileService(llama3_info, Settings(compile_threads=1))
+    jit_service = CompileService(llama3_info, UNHURRIED.replace(compile_threads=1))
     with compile_pool_held(jit_service):
         jit = jit_service.jit_grammar(c)
         assert not jit.ready()  # the mask below comes from a grammar that was still compiling when handed out
@@ -93,7 +93,7 @@ def test_compile_threads_run_at_the_configured_niceness(llama3_info):
 
     from tagjit import CompileService
 
-    svc = CompileService(llama3_info, Settings(compile_nice=7))
+    svc = CompileService(llama3_info, UNHURRIED.replace(compile_nice=7))
     try:
         nice = svc._pool.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())).result()
     finally:
@@ -108,7 +108,7 @@ def test_compile_threads_run_only_on_the_configured_cpus(llama3_info):
 
     before = os.sched_getaffinity(0)
     cpu = min(before)
-    svc = CompileService(llama3_info, Settings(compile_cpus=str(cpu)))
+    svc = CompileService(llama3_info, UNHURRIED.replace(compile_cpus=str(cpu)))
     try:
         cpus = svc._pool.submit(os.sched_getaffinity, 0).result()
         units = svc._unit_pool.submit(os.sched_getaffinity, 0).result()

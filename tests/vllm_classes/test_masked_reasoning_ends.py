@@ -23,12 +23,12 @@ pytestmark = requires_vllm_033("StructuredOutputManager._masked_reasoning_ends")
 
 @pytest.fixture(scope="module", autouse=True)
 def bounded_wait() -> Iterator[None]:
-    """A short compile limit: nothing here waits for a compile that is not finished, so a probe that did wait for
+    """A compile limit (60 s, far above any compile here): nothing here waits for a compile that is not finished, so a probe that did wait for
     the held compile would end at this limit with an error (and fail the test) instead of hanging."""
     import tagjit
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(tagjit.settings, "_current", tagjit.get_settings().replace(compile_timeout_s=5.0))
+        mp.setattr(tagjit.settings, "_current", tagjit.get_settings().replace(compile_timeout_s=60.0))
         yield
 
 
