@@ -89,3 +89,22 @@ def test_an_engines_whitespace_bound_replaces_tagjits():
 def test_an_engine_without_json_options_keeps_tagjits_settings():
     s = Settings(max_whitespace=8)
     assert s.for_engine() is s
+
+
+def test_an_unknown_tagjit_variable_is_an_error_naming_the_closest_setting():
+    with pytest.raises(ValueError, match="TAGJIT_JTI: not a tagjit setting; did you mean TAGJIT_JIT"):
+        Settings.from_env({"TAGJIT_JTI": "never"})
+
+
+def test_the_variables_tagjit_hands_to_its_own_processes_are_not_errors():
+    assert Settings.from_env({"TAGJIT_VLLM_SELECTED": "1", "TAGJIT_METRICS_DIR": "/tmp/x"}) == Settings()
+
+
+@pytest.mark.parametrize("cpus", ["abc", "1-", "2,,3"])
+def test_a_bad_cpu_list_is_an_error_at_start(cpus):
+    with pytest.raises(ValueError, match="TAGJIT_COMPILE_CPUS"):
+        Settings.from_env({"TAGJIT_COMPILE_CPUS": cpus})
+
+
+def test_a_cpu_list_is_accepted():
+    assert Settings.from_env({"TAGJIT_COMPILE_CPUS": "0-3, 8"}).compile_cpus == "0-3, 8"

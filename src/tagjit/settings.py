@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
@@ -93,6 +95,11 @@ class Settings:
             if unknown:
                 raise ValueError(f"TAGJIT_CONFIG={path}: unknown tagjit settings {sorted(unknown)}; "
                                  f"known: {', '.join(f.name for f in dataclasses.fields(cls))}")
+        known = {env_name(f.name) for f in dataclasses.fields(cls)} | set(NOT_SETTINGS)
+        for name in sorted(k for k in env if k.startswith("TAGJIT_") and k not in known):
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            raise ValueError(f"{name}: not a tagjit setting" + (f"; did you mean {close[0]}?" if close else "")
+                             + f" (settings: {', '.join(env_name(f.name) for f in dataclasses.fields(cls))})")
         for f in dataclasses.fields(cls):
             name = env_name(f.name)
             raw = env.get(name)
@@ -102,6 +109,12 @@ class Settings:
             if f.name in values:
                 _check(env_name(f.name), f.type, values[f.name])
         return cls(**values)
+
+
+# TAGJIT_* variables that are not settings: the settings file, and what tagjit's vLLM plugin hands the processes
+# vLLM starts (the backend selection and its whitespace choice, the metrics snapshot folder); tests' data folders.
+NOT_SETTINGS = ("TAGJIT_CONFIG", "TAGJIT_VLLM_SELECTED", "TAGJIT_VLLM_COMPACT", "TAGJIT_METRICS_DIR",
+                "TAGJIT_SHARED_DATA", "TAGJIT_TINY_MODEL")
 
 
 def env_name(field_name: str) -> str:
@@ -153,9 +166,14 @@ def _check(name: str, type_name: Any, value: Any) -> None:
           else isinstance(value, str))
     if ok and field in _NON_NEGATIVE and value < 0:
         ok = False
+    if ok and field == "compile_cpus" and not _CPU_LIST.fullmatch(value):
+        raise ValueError(f"{label}={value!r}: expected a Linux CPU list such as 2-7,10")
     if not ok:
         raise ValueError(f"{label}={value!r}: expected {_expected(type_name)}"
                          + (", at least 0" if field in _NON_NEGATIVE else ""))
+
+
+_CPU_LIST = re.compile(r"\s*\d+(-\d+)?(\s*,\s*\d+(-\d+)?)*\s*")
 
 
 _CHOICES: dict[str, tuple[str, ...]] = {"ToolScope": ("auto", "always"), "SchemaMode": ("default", "auto", "strict"),
