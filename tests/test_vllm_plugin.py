@@ -122,3 +122,18 @@ def test_processes_a_server_starts_know_whether_it_selected_tagjit(backend, sele
     assert r.returncode == 0, r.stderr
     compact = selected
     assert r.stdout.split() == [selected, compact]
+
+
+@pytest.mark.parametrize("backend, shown", [("tagjit", "True"), ("xgrammar", "False")])
+def test_tagjit_metrics_appear_only_on_a_server_that_selected_tagjit(backend, shown):
+    r = run(f"""
+        import os
+        import tagjit_vllm
+        tagjit_vllm.register()
+        from prometheus_client import REGISTRY, generate_latest
+        from vllm.config.structured_outputs import StructuredOutputsConfig
+        StructuredOutputsConfig(backend="{backend}")
+        print("tagjit_constraint_errors" in generate_latest(REGISTRY).decode(), "TAGJIT_METRICS_DIR" in os.environ)
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [shown, shown]

@@ -86,7 +86,6 @@ def register() -> None:
 
     settings = get_settings()  # a bad TAGJIT_* value stops vLLM here, naming the variable
     _route_logs()
-    _metrics_dir()
     try:
         from . import patches
 
@@ -94,6 +93,7 @@ def register() -> None:
     except Exception:  # never take vLLM down: the other backends keep working
         log.exception("tagjit: could not install into vLLM; tagjit stays off")
         return
+    patches.when_selected(_metrics_dir)  # a server on another backend shows no tagjit metrics
     # TAGJIT_VLLM_APPLY=0 keeps vLLM's own bitmask application, TAGJIT_VLLM_TOOLS=0 its tool tags.
     for hooks, wanted in (("apply", settings.vllm_apply), ("tools", settings.vllm_tools)):
         if not wanted:

@@ -54,7 +54,7 @@ def install() -> None:
 
 def selected() -> bool:
     """Whether tagjit is this server's backend: a server on another backend keeps vLLM's own application."""
-    return patches._state["active"]
+    return patches.active()
 
 
 _APPLIED: set[str] = set()

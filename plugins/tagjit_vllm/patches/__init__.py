@@ -13,12 +13,13 @@ from .engine_core import (LIVE_ATTR, patch_batch_fill, patch_grammar_init, patch
 from .requests import (ANY_ORDER_ARG, apply_request_options, patch_structural_tag_validation, patch_validation,
                        request_constraint, validate_request)
 from .state import (ACTIVE_ENV, COMPACT_ENV, NAME, _state, active, on_undo, replace_attr, select, server_settings,
-                    transaction)
+                    transaction, when_selected)
 
 __all__ = ["NAME", "ACTIVE_ENV", "COMPACT_ENV", "active", "select", "server_settings", "transaction", "replace_attr",
            "on_undo", "install", "patch_config", "patch_validation", "patch_structural_tag_validation",
            "patch_grammar_init", "patch_batch_fill", "patch_manager_latch", "patch_masked_reasoning_ends", "patch_scheduler_requests",
-           "validate_request", "apply_request_options", "request_constraint", "ANY_ORDER_ARG", "LIVE_ATTR", "_state"]
+           "validate_request", "apply_request_options", "request_constraint", "ANY_ORDER_ARG", "LIVE_ATTR", "_state",
+           "when_selected"]
 
 
 def install() -> None:

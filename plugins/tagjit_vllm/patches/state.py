@@ -18,19 +18,37 @@ NAME = "tagjit"
 # the choice also travels in the environment those processes inherit.
 ACTIVE_ENV = "TAGJIT_VLLM_SELECTED"
 COMPACT_ENV = "TAGJIT_VLLM_COMPACT"
-_state = {"active": os.environ.get(ACTIVE_ENV) == "1", "compact": os.environ.get(COMPACT_ENV) == "1"}
+_state: dict[str, bool] = {}  # read from the environment at first use, not at import
+_on_select: list[Callable[[], None]] = []
+
+
+def _read() -> dict[str, bool]:
+    if len(_state) < 2:
+        _state.setdefault("active", os.environ.get(ACTIVE_ENV) == "1")
+        _state.setdefault("compact", os.environ.get(COMPACT_ENV) == "1")
+    return _state
 
 
 def active() -> bool:
     """Whether this process's vLLM config selected tagjit as its structured-output backend."""
-    return _state["active"]
+    return _read()["active"]
+
+
+def when_selected(fn: Callable[[], None]) -> None:
+    """Run fn once tagjit is this process's backend: now if it is, else when a config selects it."""
+    if active():
+        fn()
+    else:
+        _on_select.append(fn)
 
 
 def select(compact: bool) -> None:
     """Record that this process's vLLM config selected tagjit, for it and the processes it starts."""
-    _state["active"], _state["compact"] = True, compact
+    _read().update(active=True, compact=compact)
     os.environ[ACTIVE_ENV] = "1"
     os.environ[COMPACT_ENV] = "1" if compact else "0"
+    while _on_select:
+        _on_select.pop(0)()
 
 
 def server_settings() -> Any:
@@ -38,7 +56,7 @@ def server_settings() -> Any:
     JSON in every grammar the API server builds or checks, as it does in the engine core."""
     from tagjit import engine
 
-    return engine.get_settings().for_engine(compact_json=bool(_state["compact"]))
+    return engine.get_settings().for_engine(compact_json=_read()["compact"])
 
 
 _undo: list[Callable[[], None]] | None = None  # the open transaction's undo steps, newest last
