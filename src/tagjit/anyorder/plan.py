@@ -37,6 +37,7 @@ def with_any_order(schema: dict | bool, enabled: bool) -> dict | bool:
 
 
 from tagjit.errors import ConstraintError, UnsupportedFeatureError
+from tagjit.schema import keywords
 from tagjit.schema.keywords import children, resolve
 
 
@@ -266,19 +267,11 @@ class AnyOrderPlan:
     def _obj_has_ao(self, node: dict) -> bool:
         if id(node) in self.ao:
             return True
-        subs = list((node.get("properties") or {}).values()) if isinstance(node.get("properties"), dict) else []
-        for kw in ("additionalProperties", "unevaluatedProperties"):
-            subs.append(node.get(kw))
-        if isinstance(node.get("patternProperties"), dict):
-            subs.extend(node["patternProperties"].values())
-        return any(isinstance(s, dict) and id(s) in self.has_ao for s in subs)
+        return any(isinstance(s, dict) and id(s) in self.has_ao
+                   for _, s in keywords.children(node, keywords.MEMBER_VALUES))
 
     def _arr_has_ao(self, node: dict) -> bool:
-        subs: list[Any] = [node.get("items"), node.get("additionalItems")]
-        for kw in ("prefixItems", "items"):
-            if isinstance(node.get(kw), list):
-                subs.extend(node[kw])
-        return any(isinstance(s, dict) and id(s) in self.has_ao for s in subs)
+        return any(isinstance(s, dict) and id(s) in self.has_ao for _, s in keywords.children(node, keywords.ITEM_VALUES))
 
     def _obj(self, node: dict) -> Obj:
         hit = self._objs.get(id(node))

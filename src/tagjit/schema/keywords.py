@@ -16,6 +16,10 @@ VALUES = ("items", "additionalProperties", "unevaluatedProperties", "propertyNam
           "additionalItems", "contains", "not", "if", "then", "else")
 """Keywords whose value is one sub-schema (``items`` may also be a draft-4 list)."""
 KEYS = frozenset({*MAPS, *LISTS, *VALUES})
+MEMBER_VALUES = ("properties", "patternProperties", "additionalProperties", "unevaluatedProperties")
+"""The keywords whose sub-schemas describe an object's member values."""
+ITEM_VALUES = ("prefixItems", "items", "additionalItems")
+"""The keywords whose sub-schemas describe an array's items."""
 
 # Keywords with no effect on the accepted text.
 ANNOTATIONS = frozenset({
@@ -50,9 +54,15 @@ def path_text(path: Path) -> str:
     return path + "".join(f"/{p}" for p in parts)
 
 
-def children(node: dict) -> Iterator[tuple[tuple, Any]]:
-    """Each sub-schema position of a node as (path parts, value), in keyword-table order; values may be non-dicts."""
+def children(node: dict, only: tuple[str, ...] | None = None) -> Iterator[tuple[tuple, Any]]:
+    """Each sub-schema position of a node (or of its keywords in ``only``) as (path parts, value), in keyword-table
+    order; values may be non-dicts."""
     if KEYS.isdisjoint(node):
+        return
+    if only is not None:
+        for parts, child in children(node):
+            if parts[0] in only:
+                yield parts, child
         return
     for key in MAPS:
         sub = node.get(key)

@@ -12,6 +12,8 @@ import json
 import os
 from typing import Any, Iterator
 
+from tagjit.schema import keywords
+
 TYPE_MAP = {"dict": "object", "float": "number", "int": "integer", "tuple": "array"}
 JSON_TYPES = {"object", "number", "integer", "array", "string", "boolean", "null"}
 PYTHON_FILES = ("BFCL_v4_simple_python.json", "BFCL_v4_multiple.json", "BFCL_v4_parallel.json",
@@ -35,11 +37,11 @@ def to_json_schema(node: Any) -> Any:
             if mapped not in JSON_TYPES:
                 raise UnsupportedBFCLType(f"BFCL type {value!r}")
             out[key] = mapped
-        elif key == "properties" and isinstance(value, dict):
+        elif key in keywords.MAPS and isinstance(value, dict):
             out[key] = {name: to_json_schema(sub) for name, sub in value.items()}
-        elif key in ("items", "additionalProperties") and isinstance(value, dict):
+        elif key in keywords.VALUES and isinstance(value, dict):
             out[key] = to_json_schema(value)
-        elif key in ("anyOf", "oneOf", "allOf") and isinstance(value, list):
+        elif (key in keywords.LISTS or key == "items") and isinstance(value, list):
             out[key] = [to_json_schema(sub) for sub in value]
         else:
             out[key] = value
