@@ -75,10 +75,13 @@ def test_adapters_use_tagjit_only_through_the_engine_contract():
     for p in sorted(PLUGINS.rglob("*.py")):
         used = {m for m in imports(p)[0]}
         assert used <= {"tagjit", "tagjit.engine"}, f"{p}: {sorted(used - {'tagjit', 'tagjit.engine'})}"
+        for node in ast.walk(ast.parse(p.read_text())):  # "from tagjit import X" takes only the contract itself
+            if isinstance(node, ast.ImportFrom) and node.module == "tagjit" and not node.level:
+                assert [a.name for a in node.names] == ["engine"], f"{p}: from tagjit import {node.names[0].name}"
 
 
 def test_no_private_xgrammar_attribute_is_used():
-    for p in core_files():
+    for p in core_files() + sorted(PLUGINS.rglob("*.py")):
         for node in ast.walk(ast.parse(p.read_text())):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "xgr":
                 assert not node.attr.startswith("_"), f"{p}: xgr.{node.attr}"
@@ -87,7 +90,7 @@ def test_no_private_xgrammar_attribute_is_used():
 
 
 def test_every_module_opens_with_a_one_line_summary():
-    for p in core_files():
+    for p in core_files() + sorted(PLUGINS.rglob("*.py")):
         doc = ast.get_docstring(ast.parse(p.read_text()), clean=False)
         assert doc and doc.strip(), f"{p} has no docstring"
         first = doc.strip().splitlines()[0]

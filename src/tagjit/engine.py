@@ -5,14 +5,15 @@ An adapter (``plugins/tagjit_vllm``, ``plugins/tagjit_sglang``) imports tagjit o
 
 Engine level (once per process / tokenizer)
     ``Settings``, ``get_settings``, ``set_settings``
-        Read every ``TAGJIT_*`` variable once; a bad value raises ``ValueError`` naming the variable. An adapter
+        Read every ``TAGJIT_*`` variable once; a bad value or an unknown ``TAGJIT_*`` name raises ``ValueError``
+        naming it (a server started with tagjit variables means tagjit: stopping beats ignoring). An adapter
         folds the engine's own JSON options in with ``Settings.for_engine`` (``disable_any_whitespace`` ->
         compact JSON) and passes those settings to every call that builds a grammar.
     ``from_huggingface``, ``load_tokenizer_info``
         The engine's tokenizer as an ``xgr.TokenizerInfo``.
     ``start_service(tokenizer_info, settings) -> CompileService``
         The compile service of a tokenizer and settings (validation, caches, the compile pool, JIT compiles),
-        warmed up from ``TAGJIT_WARMUP``. ``service_for`` is the same service without the warm-up.
+        warmed up from ``TAGJIT_WARMUP_FILE``. ``service_for`` is the same service without the warm-up.
     ``JitPolicy``
         Decides per request whether its grammar compiles during prefill (``overlap``; the adapter reports how
         busy the engine is) and learns prefill speed from each request's first mask (``observe_first_mask``).
@@ -23,6 +24,11 @@ Request level
     ``validate(constraint, settings)`` / ``trust(constraint, settings)``
         Raise ``ConstraintError`` (an HTTP 400 with the reason) before the request is scheduled; the same path,
         cache, lint and metrics for every engine. ``trust`` records a constraint tagjit built itself (tool tags).
+        ``UnsupportedFeatureError`` (a schema feature tagjit refuses by name) and ``CompileLimitError`` (a size or
+        time limit) are ``ConstraintError`` subclasses, for engines that report them apart.
+    ``parse_schema``, ``with_any_order``
+        A request's schema text as JSON (a ``ConstraintError`` if it is not), and the schema with every object's
+        properties in any order (a per-request option such as vLLM's ``tagjit_any_order``).
     ``CompileService.grammar`` / ``jit_grammar`` / ``submit`` / ``cached``
         A ``Matcher`` now, a ``Matcher`` whose first mask waits for its compile, or a ``Future[Compiled]``.
     ``Matcher``
@@ -43,7 +49,8 @@ Metrics
     server's view of them).
 
 Duties of an adapter
-    * Turn on only when the engine selected tagjit, and change nothing of a server that did not.
+    * Turn on only when the engine selected tagjit, and change nothing of a server that did not (its only trace:
+      a bad ``TAGJIT_*`` variable still stops the start, see ``get_settings``).
     * Report a ``ConstraintError`` as a per-request error; never let it stop the engine.
     * Keep the engine's own semantics it did not replace (stop tokens, reasoning, speculative rollback).
 """
