@@ -46,15 +46,20 @@ def test_unsupported_vllm_version_logs_once_and_stays_off():
     assert r.stderr.count("outside the supported range") == 1
 
 
-def test_disable_any_whitespace_is_allowed_with_tagjit():
+def test_disable_any_whitespace_is_allowed_with_tagjit_in_the_engine_config():
+    # VllmConfig validates the nested config again with its own copy of the validators (vllm serve failed here).
     r = run("""
+        import os
+        os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
         import tagjit_vllm
         tagjit_vllm.register()
         from vllm.config.structured_outputs import StructuredOutputsConfig
-        print(StructuredOutputsConfig(backend="tagjit", disable_any_whitespace=True).disable_any_whitespace)
+        from vllm.config.vllm import VllmConfig
+        config = StructuredOutputsConfig(backend="tagjit", disable_any_whitespace=True)
+        print(config.disable_any_whitespace, VllmConfig(structured_outputs_config=config).structured_outputs_config.backend)
     """)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["True"]
+    assert r.stdout.split()[-2:] == ["True", "tagjit"]
 
 
 @pytest.mark.parametrize("switch, patched", [("1", True), ("0", False)])

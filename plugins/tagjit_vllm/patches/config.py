@@ -31,6 +31,9 @@ def patch_config() -> None:
         for name, dec in cls.__pydantic_decorators__.model_validators.items():
             dec.func = old_funcs.get(name, dec.func)
         rebuild_dataclass(cls, force=True)
+        from vllm.config.vllm import VllmConfig
+
+        rebuild_dataclass(VllmConfig, force=True)
 
     on_undo(undo)
 
@@ -56,3 +59,8 @@ def patch_config() -> None:
         validate._tagjit = True  # type: ignore[attr-defined]
         dec.func = validate
     rebuild_dataclass(cls, force=True)
+    # VllmConfig's validator holds its own copy of the nested config's validators: without a rebuild,
+    # `vllm serve` with disable_any_whitespace still ran the original check and refused tagjit.
+    from vllm.config.vllm import VllmConfig
+
+    rebuild_dataclass(VllmConfig, force=True)
