@@ -13,7 +13,8 @@ import pytest
 import xgrammar as xgr
 
 from tagjit.build.printed import (PrinterChanged, bound_numbers, ebnf_admits, fix_string_lengths, json_string_shape,
-                                  regex_patterns, split_root, string_literals, without_lt)
+                                  regex_patterns, reroot_any_of, split_root, string_body, string_literals,
+                                  without_lt)
 
 
 def printed(schema: dict) -> str:
@@ -80,3 +81,48 @@ def test_a_json_string_admits_less_than_until_the_repair_takes_it_out():
 
 def test_string_literals_are_read_back_decoded():
     assert string_literals('root ::= "a\\"b" | "<x>"') == ['a"b', "<x>"]
+
+
+ANY_OF = {"anyOf": [{"const": "__probe__"}, {"type": "object", "properties": {"a": {"const": "__slot__"}},
+                                            "required": ["a"]}]}
+
+
+def test_rerooting_an_any_of_roots_the_chosen_branch_and_makes_each_placeholder_const_its_rule():
+    alts, lines = reroot_any_of(printed(ANY_OF), 2, 1, "__probe__", {"__slot__": "slot_rule"})
+    assert lines[-1] == "root ::= " + alts[1] and sum(line.startswith("root ::= ") for line in lines) == 1
+    text = "\n".join(lines)
+    assert "__slot__" not in text and "slot_rule" in text
+    grammar = xgr.Grammar.from_ebnf("\n".join([*lines, 'slot_rule ::= "7"']), root_rule_name="root")
+    assert accepts(grammar, '{"a": 7}') and not accepts(grammar, '"__probe__"')
+
+
+def test_rerooting_an_any_of_whose_probe_const_is_not_printed_as_one_literal_is_a_printer_change():
+    with pytest.raises(PrinterChanged):
+        reroot_any_of(printed(ANY_OF), 2, 1, "__elsewhere__", {"__slot__": "slot_rule"})
+
+
+def test_rerooting_an_any_of_printed_with_another_number_of_branches_is_a_printer_change():
+    with pytest.raises(PrinterChanged):
+        reroot_any_of(printed(ANY_OF), 3, 1, "__probe__", {"__slot__": "slot_rule"})
+
+
+def test_a_string_format_body_is_rooted_inside_the_quotes_and_its_own_rules_leave_out_the_basic_ones():
+    inner, _, others = json_string_shape(printed({"type": "string", "format": "date"}))
+    assert any(line.startswith("basic_string ::= ") for line in others)  # the spelling the repair leaves out
+    body, own = string_body(inner, others)
+    assert "basic_" not in own and not ebnf_admits(own, '"\\')
+    grammar = xgr.Grammar.from_ebnf(body, root_rule_name="root")
+    assert accepts(grammar, "2024-01-31") and not accepts(grammar, '"2024-01-31"')
+
+
+def test_a_string_body_whose_own_rules_reach_a_basic_rule_is_a_printer_change():
+    inner, _, others = json_string_shape(printed({"type": "string", "format": "date"}))
+    reaching = [f"{inner} ::= ((basic_string))" if line.startswith(f"{inner} ::= ") else line for line in others]
+    with pytest.raises(PrinterChanged):
+        string_body(inner, reaching)
+
+
+def test_a_string_body_without_a_rule_for_the_inside_of_the_quotes_is_a_printer_change():
+    inner, _, others = json_string_shape(printed({"type": "string", "format": "date"}))
+    with pytest.raises(PrinterChanged):
+        string_body(inner, [line for line in others if not line.startswith(f"{inner} ::= ")])

@@ -9,10 +9,10 @@ from typing import Any
 import xgrammar as xgr
 
 from tagjit.build.ebnf import ebnf_string
-from tagjit.errors import ConstraintError, UnsupportedFeatureError
+from tagjit.errors import UnsupportedFeatureError
 from tagjit.settings import Settings
 from tagjit.anyorder.plan import AnyOrderPlan, KEYWORD, KEYWORD_DEFAULT, key_spelling
-from tagjit.build.printed import split_root
+from tagjit.build.printed import reroot_any_of
 from tagjit.schema.keywords import LISTS, MAPS, VALUES, pointer_parts, step
 
 
@@ -111,12 +111,9 @@ class AnyOrderEbnf:
             defs["__tagjit_root"] = root_t
         if defs:
             doc["$defs"] = defs
-        text = str(xgr_json(doc, s))
-        alts, lines = split_root(text)
-        if len(alts) != len(branches):
-            raise ConstraintError(f"{KEYWORD}: unexpected grammar shape from xgrammar ({len(alts)} branches)")
+        names = {self._placeholder(k): f"tagjit_ao_{self.nonce}_{k}" for k in range(len(ao_nodes))}
+        alts, rules = reroot_any_of(str(xgr_json(doc, s)), len(branches), 1, branches[0]["const"], names)
         ws = _ws(s.max_whitespace)
-        rules = ["root ::= " + alts[1]]
         for k, node in enumerate(ao_nodes):
             name = f"tagjit_ao_{self.nonce}_{k}"
             pairs = [f"({_lit(json.dumps(n, ensure_ascii=False))} {ws} \":\" {ws} {alts[j]})"
@@ -132,10 +129,7 @@ class AnyOrderEbnf:
         rules.append(f"tagjit_str_{self.nonce} ::= \"\\\"\" | [^\\0-\\x1f\\\"\\\\] tagjit_str_{self.nonce} "
                      f"| \"\\\\\" ([\\\"\\\\/bfnrt] | \"u\" [A-Fa-f0-9] [A-Fa-f0-9] [A-Fa-f0-9] [A-Fa-f0-9]) "
                      f"tagjit_str_{self.nonce}")
-        out = "\n".join(lines + rules) + "\n"
-        for k in range(len(ao_nodes)):
-            out = out.replace(_lit(json.dumps(self._placeholder(k))), f"tagjit_ao_{self.nonce}_{k}")
-        return out
+        return "\n".join(rules) + "\n"
 
 
 def _ws(limit: int | None) -> str:

@@ -7,15 +7,15 @@ import re
 import numpy as np
 import xgrammar as xgr
 
+from tagjit.runtime.vocab import per_tokenizer, token_bytes
 
 
 class VocabTables:
     """Per-tokenizer tables: each token's bytes and which tokens can matter in each situation."""
 
     def __init__(self, info: xgr.TokenizerInfo) -> None:
-        self.tokens: list[bytes] = list(info.decoded_vocab)
+        self.tokens: list[bytes] = token_bytes(info)
         self.words = (info.vocab_size + 31) // 32
-        n = len(self.tokens)
         rel = {name: np.zeros(self.words * 32, dtype=bool) for name in
                ("S", "SE", "L", "Kq", "Nall", "Nopen")}
         open_only = re.compile(rb'[ \t\r\n]*("([^"\\]|\\.)*\\?|[-+.0-9A-Za-z]+)')
@@ -29,7 +29,6 @@ class VocabTables:
             stripped = tok.strip(b" \t\r\n")
             rel["Nall"][tid] = bool(stripped)
             rel["Nopen"][tid] = bool(stripped) and open_only.fullmatch(tok) is None
-        del n
         self.relevant = {k: np.packbits(v, bitorder="little").view(np.int32) for k, v in rel.items()}
 
 
@@ -50,6 +49,4 @@ def _closes_then_more(tok: bytes, escaped: bool) -> bool:
 
 def vocab_tables(info: xgr.TokenizerInfo) -> VocabTables:
     """The vocabulary tables of a tokenizer, computed once per tokenizer."""
-    from tagjit.runtime.vocab import per_tokenizer
-
     return per_tokenizer(info, "any_order.vocab_tables", VocabTables)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Mapping
 
 import xgrammar as xgr
 
-from tagjit.build.ebnf import char_class
+from tagjit.build.ebnf import char_class, ebnf_string
 from tagjit.errors import ConstraintError, UnsupportedFeatureError
 
 
@@ -73,6 +74,42 @@ def split_root(text: str) -> tuple[list[str], list[str]]:
         i += 1
     alts.append(inner[start:].strip())
     return alts, others
+
+
+def reroot_any_of(text: str, branches: int, root: int, probe: str,
+                  consts: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """xgrammar's ``anyOf`` branches and rules, rooted at branch ``root``, each string const of ``consts`` its rule."""
+    # The first branch must be {"const": probe}: a const every printing keeps, whose literal pins the spelling the
+    # replacement looks for (other consts may be absent, e.g. in a $defs entry nothing references).
+    alts, lines = split_root(text)
+    if len(alts) != branches:
+        raise PrinterChanged(f"xgrammar printed {len(alts)} branches of an anyOf of {branches}")
+    if ebnf_string(json.dumps(probe)) not in text:
+        raise PrinterChanged(f"xgrammar no longer prints the string const {probe!r} as one literal")
+    literals = {ebnf_string(json.dumps(value)): rule for value, rule in consts.items()}
+
+    def swap(ebnf: str) -> str:
+        for literal, rule in literals.items():
+            ebnf = ebnf.replace(literal, rule)
+        return ebnf
+
+    alts = [swap(a) for a in alts]
+    return alts, [swap(line) for line in lines] + ["root ::= " + alts[root]]
+
+
+def string_body(inner: str, others: list[str]) -> tuple[str, str]:
+    """Of ``json_string_shape``'s rules: a grammar of the text between the quotes, and the rules of that text alone."""
+    # Every printed JSON grammar carries xgrammar's ``basic_`` rules (JSON strings, numbers ...), with quotes and
+    # backslashes, whether used or not: they are left out of the second text, which is sound only while no rule of
+    # the string's own reaches one.
+    own = [line for line in others if not line.startswith("basic_")]
+    if not any(line.startswith(f"{inner} ::= ") for line in own):
+        raise PrinterChanged(f"xgrammar printed no rule {inner!r} for the inside of a JSON string")
+    for line in own:
+        name, sep, body = line.partition(" ::= ")
+        if not sep or name == "root" or re.search(r"\bbasic_\w", _CLASS_RE.sub(" ", body)):
+            raise PrinterChanged(f"unexpected rule in xgrammar's grammar of a JSON string: {line!r:.80}")
+    return "\n".join([*others, f"root ::= {inner}"]), "\n".join(own)
 
 
 _CLASS_RE = re.compile(r'"(?:[^"\\]|\\.)*"|\[(\^?)((?:[^\]\\]|\\.)*)\]')

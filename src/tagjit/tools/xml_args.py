@@ -31,12 +31,13 @@ from typing import Any, Mapping
 import xgrammar as xgr
 
 from tagjit.compile.cache import bounded_memo
+from tagjit.constraint import compact_json
 from tagjit.errors import ConstraintError, UnsupportedFeatureError
 from tagjit.build.ebnf import char_class, ebnf_string
 from tagjit.build.grammars import json_schema_grammar
 from tagjit.settings import Settings, get_settings
 from tagjit.build.printed import (bound_numbers, ebnf_admits, json_string_shape, regex_patterns,
-                                  string_literals, without_lt)
+                                  string_body, string_literals, without_lt)
 from tagjit.schema.keywords import ANNOTATIONS, TYPE_KEYWORDS
 
 WS = r"\s*"  # in a forbidden pattern: any run of whitespace (the parsers' regex \s*)
@@ -332,8 +333,10 @@ def _text_of_json_string(schema: dict, where: str, settings: Settings) -> str:
             body = str(xgr.Grammar.from_regex(regex))
             if not ebnf_admits(body, '"\\'):
                 return body
-        elif not ebnf_admits("\n".join(ln for ln in others if not ln.startswith("basic_")), '"\\'):
-            return "\n".join([*others, f"root ::= {inner}"])  # no quote or backslash: JSON text is raw text
+        else:
+            body, own = string_body(inner, others)
+            if not ebnf_admits(own, '"\\'):
+                return body  # no quote or backslash: JSON text is raw text
     raise UnsupportedFeatureError(f"{where}: format {schema['format']!r} on a text parameter")
 
 
@@ -347,7 +350,7 @@ def _json_value(schema: Any, defs: Mapping[str, Any], where: str, st: XmlStyle, 
     if isinstance(full, dict) and defs:
         full = {**full, **{k: v for k, v in defs.items() if k not in full}}
     try:  # the same small schemas recur across tools: memoised by their JSON text (key order kept)
-        return json.loads(_json_value_cached(json.dumps(full, ensure_ascii=False), st, settings))
+        return json.loads(_json_value_cached(compact_json(full), st, settings))
     except ConstraintError as e:
         e.args = (f"{where}: {e}",) if not str(e).startswith(where) else e.args
         raise
