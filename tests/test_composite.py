@@ -375,6 +375,55 @@ def test_an_ambiguous_split_hands_over_to_the_whole_tag_grammar(svc, info):
     assert twin.grammar._matcher.delegated
 
 
+# -- the switch to the whole tag ------------------------------------------------------------------
+
+def test_a_matcher_switches_to_the_whole_tag_once_it_is_compiled_and_its_masks_stay_exact(svc, info):
+    text, _, _ = call("hermes", TOOLS[0], '{"base": 10, "height": 5, "unit": "cm"}')
+    tokens = greedy_tokens(info, text)
+    twin = Twin(svc, tool_tag("hermes", TOOLS[:8]))
+    half = len(tokens) // 2
+    for t in tokens[:half]:
+        twin.check_mask()
+        assert twin.accept_token(t)
+    assert not twin.grammar._matcher.delegated
+    twin.grammar.compiled.composite.full_grammar()  # what the background compile does
+    assert_equal_masks_along_from(twin, tokens, half)
+    assert twin.grammar._matcher.delegated and twin.grammar._plain is not None
+    twin.rollback(len(tokens) - half + 2)  # back across the switch point
+    assert_equal_masks_along_from(twin, tokens, half - 2)
+
+
+def assert_equal_masks_along_from(twin: Twin, tokens: list[int], start: int) -> None:
+    for t in tokens[start:]:
+        twin.check_mask()
+        assert twin.accept_token(t)
+    twin.check_mask()
+    assert twin.is_completed()
+
+
+def test_with_composite_swap_the_whole_tag_compiles_in_the_background(info):
+    svc = CompileService(info, UNHURRIED.replace(composite_swap=True))
+    try:
+        compiled = svc.compile(tool_tag("hermes", TOOLS[10:14]))
+        assert compiled.composite is not None
+        compiled.composite.full_future.result(timeout=600)
+        twin = Twin(svc, tool_tag("hermes", TOOLS[10:14]))  # the same tag: the cached composite, compiled whole
+        twin.check_mask()
+        assert twin.grammar._matcher.delegated
+    finally:
+        svc.close()
+
+
+def test_without_composite_swap_nothing_compiles_the_whole_tag(svc, info):
+    text, _, _ = call("hermes", TOOLS[1], "{}")
+    g = svc.grammar(tool_tag("hermes", TOOLS[:3]))
+    mask = allocate_token_bitmask(1, info.vocab_size)
+    for t in greedy_tokens(info, text)[:6]:
+        g.fill_bitmask(mask, 0)
+        assert g.accept_token(t)
+    assert g.compiled.composite.full_future is None and not g.compiled.composite.full_ready
+
+
 def test_grammar_copy_and_reset_work_on_a_composite(svc, info):
     text, _, _ = call("hermes", TOOLS[0], '{"base": 10, "height": 5}')
     tokens = greedy_tokens(info, text)

@@ -56,6 +56,9 @@ class Settings:
     """When tool calls are constrained under tool_choice=auto: auto (strict tools or no parallel calls), always."""
     tool_schema_mode: SchemaMode = "default"
     """Tool argument schemas: default (all unless strict: false), auto (only strict: true), strict (all)."""
+    composite_swap: bool = True
+    """A tool-call tag compiled per tool also compiles whole on a background thread; each request switches to
+    the whole grammar's matcher once it is ready, so the rest of its output gets xgrammar's mask speed."""
     lint: bool = True
     """Warn (and count) when a schema puts decision fields before reasoning fields or looks sorted."""
     vllm_tools: bool = True

@@ -50,7 +50,10 @@ class CompileService:
         self.memory: LRUCache[Compiled] = LRUCache(s.cache_bytes, lambda c: c.nbytes)
         self._unit_pool = compile_pool(threads, "tagjit-unit", s)
         # Tag contents compiled on their own (composite tool-call tags), reused across combinations.
-        self._composites = CompositeAssembler(self.compiler, tokenizer_info, s, self._salt, self._unit_pool)
+        # One thread, so whole-tag compiles for the switch never hold up a request's own compile.
+        self._swap_pool = compile_pool(1, "tagjit-swap", s) if s.composite_swap else None
+        self._composites = CompositeAssembler(self.compiler, tokenizer_info, s, self._salt, self._unit_pool,
+                                              self._swap_pool)
         self.units = self._composites.units
         self.composite_enabled = True
         # Per-tokenizer tables that composite tags and any-order filters need (~0.5 s each, once per tokenizer), built
@@ -159,6 +162,8 @@ class CompileService:
         """Stop the compile pools."""
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._unit_pool.shutdown(wait=False, cancel_futures=True)
+        if self._swap_pool is not None:
+            self._swap_pool.shutdown(wait=False, cancel_futures=True)
 
 
 _services: dict[tuple[str, Settings], CompileService] = {}

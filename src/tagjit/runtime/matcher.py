@@ -269,8 +269,14 @@ class Matcher:
             for t in self._stop_token_ids or ():
                 bitmask[index, t // 32] |= _bit(t % 32)
             return None
-        if self._filter is None and type(matcher) is xgr.GrammarMatcher:
-            return matcher
+        if self._filter is None:
+            if type(matcher) is xgr.GrammarMatcher:
+                return matcher
+            switch = getattr(matcher, "plain_matcher", None)  # a composite whose whole grammar is compiled
+            inner = switch() if switch is not None else None
+            if inner is not None:
+                self._plain = inner
+                return inner
         matcher.fill_next_token_bitmask(bitmask, index)
         if self._filter is not None:
             self._filter.restrict(bitmask, index)

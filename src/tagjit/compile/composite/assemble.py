@@ -28,12 +28,13 @@ class CompositeAssembler:
     """Compiles tool-call-shaped structural tags in parts: one unit per tag content, reused across combinations."""
 
     def __init__(self, compiler: xgr.GrammarCompiler, tokenizer_info: xgr.TokenizerInfo, settings: Settings,
-                 salt: str, pool: ThreadPoolExecutor) -> None:
+                 salt: str, pool: ThreadPoolExecutor, background: ThreadPoolExecutor | None = None) -> None:
         self.compiler = compiler
         self.tokenizer_info = tokenizer_info
         self.settings = settings
         self._salt = salt
         self._pool = pool
+        self._background = background  # whole-tag compiles for the switch (settings.composite_swap)
         self.units: LRUCache[Unit] = LRUCache(settings.cache_bytes, lambda u: u.nbytes)
 
     def assemble(self, constraint: Constraint, key: str, start: float) -> Compiled | None:
@@ -58,6 +59,8 @@ class CompositeAssembler:
                                   build_grammar(constraint, self.settings).grammar))
         ms = (time.perf_counter() - start) * 1000
         metrics.COMPILE_MS.labels(constraint.kind.value).observe(ms)
+        if self._background is not None:
+            cg.prefetch_full(self._background)
         return Compiled(None, key, ms, composite=cg)
 
     def _units(self, contents: Sequence[str]) -> list[Unit]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -65,6 +66,7 @@ class CompositeGrammar:
         self._scratch: dict[int, xgr.GrammarMatcher] = {}
         self._follow: dict[int, frozenset[int]] = {}
         self._exit_sel: dict[tuple[int, ...], tuple[np.ndarray, ...] | None] = {}
+        self.full_future: Future[xgr.CompiledGrammar] | None = None
         self.start = self._state(self._close(0))
         self.nbytes = sum(u.nbytes for u in self.units) + 200 * len(p.edge_lit) + 4096
 
@@ -228,11 +230,23 @@ class CompositeGrammar:
         return packed
 
     def full_grammar(self) -> xgr.CompiledGrammar:
-        """The whole tag compiled by xgrammar (only where a split is ambiguous)."""
+        """The whole tag compiled by xgrammar (where a split is ambiguous, or ahead of time by ``prefetch_full``)."""
         with self._lock:
             if self._full_grammar is None:
                 self._full_grammar = self._full()
             return self._full_grammar
+
+    def prefetch_full(self, pool: ThreadPoolExecutor) -> "Future[xgr.CompiledGrammar]":
+        """Compile the whole tag on pool (once); matchers switch to it at their next mask once it is done."""
+        with self._lock:
+            if self.full_future is None:
+                self.full_future = pool.submit(self.full_grammar)
+            return self.full_future
+
+    @property
+    def full_ready(self) -> bool:
+        """Whether the whole tag's grammar is compiled."""
+        return self._full_grammar is not None
 
     def new_matcher(self, stop_token_ids: Sequence[int] | None = None) -> "CompositeMatcher":
         """A fresh matcher over this grammar."""
@@ -405,6 +419,15 @@ class CompositeMatcher:
         if ok:
             self._inputs.append(item)
         return ok
+
+    def plain_matcher(self) -> xgr.GrammarMatcher | None:
+        """xgrammar's matcher over the whole tag, in this matcher's state, once that grammar is compiled (the
+        switch replays what was accepted); None until then. Its masks are this matcher's, bit for bit."""
+        if self._delegate is None:
+            if not self.g.full_ready or self.terminated:
+                return None
+            self._switch_to_full()
+        return self._delegate
 
     # -- state -----------------------------------------------------------------------------
     @property
