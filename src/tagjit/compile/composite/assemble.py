@@ -61,6 +61,7 @@ class CompositeAssembler:
         metrics.COMPILE_MS.labels(constraint.kind.value).observe(ms)
         if self._background is not None:
             cg.prefetch_full(self._background)
+            cg.nbytes += sum(u.nbytes for u in units)  # the whole tag's grammar holds about what its units hold
         return Compiled(None, key, ms, composite=cg)
 
     def _units(self, contents: Sequence[str]) -> list[Unit]:
