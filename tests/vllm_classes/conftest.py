@@ -32,12 +32,16 @@ def tagjit_in_vllm() -> Iterator[None]:
     from tagjit_vllm import patches
 
     tagjit_vllm.register()
+    saved = dict(patches._state)  # the one selection state every patch reads: restored in place, not replaced
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(patches, "_state", dict(patches._state))
         for name in (patches.ACTIVE_ENV, patches.COMPACT_ENV):  # a config selecting tagjit exports the choice
             mp.setenv(name, os.environ.get(name, "0"))
         mp.setattr(tagjit.settings, "_current", UNHURRIED.replace(compile_threads=1, jit="always"))
-        yield
+        try:
+            yield
+        finally:
+            patches._state.clear()
+            patches._state.update(saved)
 
 
 @pytest.fixture
