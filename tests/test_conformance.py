@@ -166,8 +166,16 @@ def test_pattern_with_format_is_refused_naming_both(service):
         service.validate(Constraint.of(Kind.JSON, schema))
 
 
-def test_enum_no_value_of_which_fits_the_type_is_a_clear_error(service):
-    schema = maskbench("Github_easy---o30305.json")["schema"]  # "type": "object" with string enum values
+def test_an_optional_property_whose_enum_fits_no_type_is_forbidden_and_the_rest_enforced(service):
+    schema = maskbench("Github_easy---o30305.json")["schema"]  # "builtin": "type": "object" with string enum values
+    service.validate(Constraint.of(Kind.JSON, schema))
+    assert accepts(service, schema, '{"addvaryheader": "GLOBAL", "cmptype": "gzip"}')
+    assert not accepts(service, schema, '{"addvaryheader": "GLOBAL", "builtin": "IMMUTABLE"}')
+    assert not accepts(service, schema, '{"addvaryheader": "INVALID"}')
+
+
+def test_a_required_property_whose_enum_fits_no_type_is_a_clear_error(service):
+    schema = {**maskbench("Github_easy---o30305.json")["schema"], "required": ["builtin"]}
     with pytest.raises(ConstraintError, match="accepts no value"):
         service.validate(Constraint.of(Kind.JSON, schema))
 

@@ -7,6 +7,10 @@ class ConstraintError(ValueError):
     """The constraint of one request is invalid; engines turn it into HTTP 400."""
 
 
+class EmptySchemaError(ConstraintError):
+    """A (sub-)schema accepts no value: no JSON text satisfies it."""
+
+
 class UnsupportedFeatureError(ConstraintError):
     """The constraint uses a feature tagjit cannot enforce exactly."""
 

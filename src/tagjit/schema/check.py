@@ -9,11 +9,12 @@ import jsonschema
 from jsonschema.exceptions import SchemaError
 
 from tagjit.compile.cache import bounded_memo
-from tagjit.errors import CompileLimitError, ConstraintError, UnsupportedFeatureError
+from tagjit.errors import CompileLimitError, ConstraintError, EmptySchemaError, UnsupportedFeatureError
 from tagjit.schema.metaschema import quick_valid
 from tagjit.settings import get_settings
 from tagjit.schema.normalize import normalize_schema
 from tagjit.schema.keywords import path_text, subschemas
+from tagjit.schema.productive import unproductive_refs
 
 
 # Formats xgrammar's converter turns into exact grammars.
@@ -63,6 +64,11 @@ def prepare_schema(schema: dict | bool) -> dict | bool:
                 problem = _node_problem(node)
                 if problem is not None:
                     raise UnsupportedFeatureError(problem, path_text(path))
+        empty = unproductive_refs(normalized)
+        if empty:
+            raise EmptySchemaError(f"JSON schema at '{empty[0]}' accepts no value: its $ref cycle ("
+                                   + ", ".join(sorted(set(empty))[:4]) + ") never reaches a value without another "
+                                   "reference (no base case)")
     return normalized
 
 

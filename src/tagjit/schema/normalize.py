@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import logging
 from functools import cached_property
 from typing import Any, Iterator
 
 import jsonschema
 
-from tagjit.errors import ConstraintError, UnsupportedFeatureError
+from tagjit.errors import ConstraintError, EmptySchemaError, UnsupportedFeatureError
 from tagjit.schema.keywords import KEYS, LISTS, MAPS, PASSIVE, TYPE_KEYWORDS, VALUES, path_text, resolve, subschemas
+
+log = logging.getLogger("tagjit")
 
 
 def normalize_schema(schema: dict | bool) -> dict | bool:
@@ -32,6 +35,7 @@ class _Normalizer:
     def __init__(self, root: dict) -> None:
         self.root = root
         self._inlining: list[str] = []
+        self.forbidden: list[str] = []  # optional properties left out because they accept no value
 
     # Built on first use: most schemas have no enum beside other keywords and no plain-name $ref.
     @cached_property
@@ -60,7 +64,7 @@ class _Normalizer:
             for i, b in enumerate(branches):
                 merged = self.merge(merged, b, f"{where}/allOf/{i}")
             if merged is False:
-                raise ConstraintError(f"JSON schema at '{where}' accepts no value (its allOf branches conflict)")
+                raise EmptySchemaError(f"JSON schema at '{where}' accepts no value (its allOf branches conflict)")
             n = dict(merged) if isinstance(merged, dict) else {}  # a lone branch is the caller's own dict
         combinators = [k for k in ("anyOf", "oneOf") if isinstance(n.get(k), list)]
         if len(combinators) == 2:
@@ -75,11 +79,13 @@ class _Normalizer:
         _multiple_of_one(n)
         _anchor_pattern(n)
         self._required_properties(n, where)
-        return self._filter_enum(n, where)
+        return _structured_values(self._filter_enum(n, where))
 
     def _children(self, n: dict, where: str) -> None:
         for key in MAPS:
-            if isinstance(n.get(key), dict):
+            if key == "properties" and isinstance(n.get(key), dict):
+                n[key] = self._properties(n, where)
+            elif isinstance(n.get(key), dict):
                 n[key] = {name: self.node(child, f"{where}/{key}/{name}") for name, child in n[key].items()}
         for key in LISTS:
             if isinstance(n.get(key), list):
@@ -87,6 +93,29 @@ class _Normalizer:
         for key in VALUES:
             if isinstance(n.get(key), dict):
                 n[key] = self.node(n[key], f"{where}/{key}")
+
+    def _properties(self, n: dict, where: str) -> dict:
+        """The normalised properties; an optional one that accepts no value is left out, so that it is forbidden
+        (exact: no valid object has it), where nothing else could let the name in."""
+        out, required, dropped = {}, n.get("required") if isinstance(n.get("required"), list) else (), False
+        for name, child in n["properties"].items():
+            at = f"{where}/properties/{name}"
+            try:
+                if child is False:
+                    raise EmptySchemaError(f"JSON schema at '{at}' is false: it accepts no value")
+                out[name] = self.node(child, at)
+            except EmptySchemaError as e:
+                if name in required:
+                    raise EmptySchemaError(f"{e}; it is required at '{where}', so no object satisfies it") from None
+                if n.get("additionalProperties", False) is not False or n.get("patternProperties"):
+                    raise EmptySchemaError(f"{e}; it is optional, but tagjit can forbid it only where "
+                                           "additionalProperties is false or absent") from None
+                log.warning("tagjit: %s; the property is optional, so it is forbidden", e)
+                self.forbidden.append(at)
+                dropped = True
+        if dropped and "additionalProperties" not in n:
+            n["additionalProperties"] = False  # a left-out name must not come back as an extra key
+        return out
 
     def _distribute(self, n: dict, comb: str, where: str) -> dict:
         siblings = {k: v for k, v in n.items() if k not in PASSIVE and k != comb}
@@ -98,7 +127,7 @@ class _Normalizer:
             if merged is not False:
                 branches.append(merged)
         if not branches:
-            raise ConstraintError(f"JSON schema at '{where}' accepts no value (no {comb} branch fits its siblings)")
+            raise EmptySchemaError(f"JSON schema at '{where}' accepts no value (no {comb} branch fits its siblings)")
         out = {k: v for k, v in n.items() if k not in siblings}
         out[comb] = branches
         return out
@@ -114,8 +143,8 @@ class _Normalizer:
         if not missing:
             return
         if extra is False:
-            raise ConstraintError(f"JSON schema at '{where}' requires {missing[0]!r}, which additionalProperties: "
-                                  "false forbids: no object satisfies it")
+            raise EmptySchemaError(f"JSON schema at '{where}' requires {missing[0]!r}, which additionalProperties: "
+                                   "false forbids: no object satisfies it")
         for k in missing:
             props[k] = extra if isinstance(extra, dict) else {}
         n["properties"] = props
@@ -131,7 +160,7 @@ class _Normalizer:
         check = self._validator.evolve(schema=rest)
         kept = [v for v in values if check.is_valid(v)]
         if not kept:
-            raise ConstraintError(f"JSON schema at '{where}' accepts no value: no {key} value satisfies its "
+            raise EmptySchemaError(f"JSON schema at '{where}' accepts no value: no {key} value satisfies its "
                                   f"other keywords ({', '.join(rest)})")
         out = {k: v for k, v in n.items() if k in PASSIVE}
         if key == "const":
@@ -368,6 +397,36 @@ def _value_types(n: Any) -> set[str] | None:
     if "number" in types:
         types.add("integer")
     return types or None
+
+
+def _structured_values(n: dict) -> dict:
+    """``enum``/``const`` object and array values as schemas of exactly those values: xgrammar matches such a value
+    only as its compact text, so ``{"a": 1}`` was refused where ``{"a":1}`` was taken (keys keep their order)."""
+    key = "const" if "const" in n else "enum" if isinstance(n.get("enum"), list) else None
+    if key is None:
+        return n
+    values = [n["const"]] if key == "const" else n["enum"]
+    if not any(isinstance(v, (dict, list)) for v in values):
+        return n
+    scalars = [v for v in values if not isinstance(v, (dict, list))]
+    branches = ([{"enum": scalars}] if scalars else []) + [_value_schema(v) for v in values if isinstance(v, (dict, list))]
+    out = {k: v for k, v in n.items() if k != key}
+    if len(branches) == 1:
+        out.update(branches[0])
+    else:
+        out["anyOf"] = branches
+    return out
+
+
+def _value_schema(v: Any) -> dict:
+    """The schema that accepts exactly the JSON value v (objects in v's key order)."""
+    if isinstance(v, dict):
+        return {"type": "object", "properties": {k: _value_schema(x) for k, x in v.items()}, "required": list(v),
+                "additionalProperties": False}
+    if isinstance(v, list):
+        return {"type": "array", "prefixItems": [_value_schema(x) for x in v], "items": False, "minItems": len(v),
+                "maxItems": len(v)}
+    return {"const": v}
 
 
 def _json_type(v: Any) -> str:

@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Sequence
 
 from tagjit import schema as schema_mod
 from tagjit.tools import xml_args
 from tagjit.compile.cache import bounded_memo
-from tagjit.errors import ConstraintError
+from tagjit.errors import ConstraintError, EmptySchemaError
 from tagjit.build.ebnf import TAG_WHITESPACE_BOUND
 from tagjit.settings import Settings, get_settings
 from tagjit.constraint import compact_json
 from tagjit.tools.formats import NAME_FORBIDDEN, ToolFormat, load_format
+
+log = logging.getLogger("tagjit")
+# Tools whose arguments accept no value, with the reason: (format, name, schema text, settings) -> why. Seen once,
+# logged once; bounded so that a stream of distinct bad tools cannot grow it.
+_UNCALLABLE: dict[tuple[str, str, str, Settings], str] = {}
+_UNCALLABLE_MAX = 4096
 
 
 # -- the request's tools -------------------------------------------------------------------------
@@ -94,11 +101,13 @@ def arguments_content(fmt: ToolFormat, schema: dict | bool | None, settings: Set
                       schema_json: str | None = None) -> dict:
     """The argument part of one call: the schema (or any object, if None) in the format's style
     (``schema_json``: the schema's ``spec.compact_json``, if the caller has it)."""
+    prepared = None
     if schema is not None:  # the check the tag's validation reuses, by the same text
-        schema_mod.prepared(schema_json or compact_json(schema))
+        prepared = schema_mod.prepared(schema_json or compact_json(schema))
     if fmt.arguments in xml_args.STYLES:  # tagjit's own grammar: exactly what the engine's parser returns
         st = xml_args.style(fmt.arguments, fmt.argument_syntax)
-        return xml_args.arguments_node(st, schema, settings)
+        # The normalised schema: what it forbids (a property that accepts no value) XML arguments forbid too.
+        return xml_args.arguments_node(st, prepared if prepared is not None else schema, settings)
     if schema is None:
         schema = {"type": "object"}
     node: dict[str, Any] = {"type": "json_schema", "json_schema": schema}
@@ -273,14 +282,26 @@ def build_tool_tag_json(fmt: ToolFormat | str, tools: Sequence[Mapping[str, Any]
         else:
             body = _text(list(fmt.text_excludes) + list(fmt.openings))
     else:
+        uncallable: list[str] = []
         for t in function_tools:
             schema = t.parameters if constrains_arguments(t, settings.tool_schema_mode) else None
-            try:
-                text = _call_tags_json(fmt, t.name, compact_json(schema), settings, schema)
-            except ConstraintError as e:  # keep the subclass (UnsupportedFeatureError), name the tool
-                e.args = (f"tool {t.name!r}: {e}",)
-                raise
-            parts.append(text[1:-1])  # the list's items
+            schema_json = compact_json(schema)
+            why = _UNCALLABLE.get((fmt.name, t.name, schema_json, settings))
+            if why is None:
+                try:
+                    parts.append(_call_tags_json(fmt, t.name, schema_json, settings, schema)[1:-1])  # its items
+                    continue
+                except EmptySchemaError as e:  # no call of it can be valid: the other tools still can be called
+                    why = f"tool {t.name!r}: {e}"
+                    if len(_UNCALLABLE) < _UNCALLABLE_MAX:
+                        _UNCALLABLE[(fmt.name, t.name, schema_json, settings)] = why
+                    log.warning("tagjit: %s; the tool is left out of the call syntax", why)
+                except ConstraintError as e:  # keep the subclass (UnsupportedFeatureError), name the tool
+                    e.args = (f"tool {t.name!r}: {e}",)
+                    raise
+            uncallable.append(why)
+        if not parts:
+            raise EmptySchemaError("; ".join(uncallable) + " (no tool can be called)")
         tags = [_CALLS]
         single = kind == "named" or not parallel_tool_calls
         if fmt.layout == "messages":

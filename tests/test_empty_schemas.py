@@ -1,0 +1,137 @@
+"""Schemas and tools that accept no value: an optional property that can hold nothing is forbidden, a tool that can
+never be called is left out of the call syntax, and only what can satisfy nothing at all is refused (HTTP 400)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pools import UNHURRIED
+from tagjit import CompileService, Constraint, ConstraintError
+from tagjit.constraint import Kind
+from tagjit.errors import EmptySchemaError
+from tagjit.tools import build_tool_tag, load_format
+
+# An optional property whose enum contradicts its type, as real tool lists have it (BFCL "live").
+SLOPPY = {"type": "boolean", "enum": ["True", "False", "dontcare"]}
+SEARCH = {"type": "object", "properties": {"city": {"type": "string"}, "has_wifi": SLOPPY}, "required": ["city"]}
+
+
+@pytest.fixture(scope="module")
+def svc(qwen2_info) -> CompileService:
+    return CompileService(qwen2_info, UNHURRIED)
+
+
+def accepts(svc: CompileService, c: Constraint, text: str) -> bool:
+    g = svc.grammar(c)
+    return g.accept_string(text) and g.is_completed()
+
+
+def test_an_optional_property_that_accepts_no_value_is_forbidden(svc):
+    c = Constraint.of(Kind.JSON, SEARCH)
+    svc.validate(c)
+    assert accepts(svc, c, '{"city": "Oslo"}')
+    assert not accepts(svc, c, '{"city": "Oslo", "has_wifi": true}')
+    assert not accepts(svc, c, '{"city": "Oslo", "has_wifi": "True"}')
+
+
+def test_an_optional_false_property_is_forbidden(svc):
+    c = Constraint.of(Kind.JSON, {"type": "object", "properties": {"a": {"type": "integer"}, "b": False}})
+    svc.validate(c)
+    assert accepts(svc, c, '{"a": 1}')
+    assert not accepts(svc, c, '{"a": 1, "b": 2}')
+
+
+def test_a_required_property_that_accepts_no_value_is_refused_naming_it(svc):
+    schema = {**SEARCH, "required": ["city", "has_wifi"]}
+    with pytest.raises(EmptySchemaError, match="has_wifi.*required"):
+        svc.validate(Constraint.of(Kind.JSON, schema))
+
+
+def test_an_empty_optional_property_beside_open_extras_is_refused_with_the_reason(svc):
+    schema = {**SEARCH, "additionalProperties": True}  # the name would come back as an extra key
+    with pytest.raises(EmptySchemaError, match="additionalProperties is false or absent"):
+        svc.validate(Constraint.of(Kind.JSON, schema))
+
+
+def test_an_empty_property_inside_an_optional_object_forbids_that_object(svc):
+    schema = {"type": "object", "properties": {"name": {"type": "string"},
+                                                "prefs": {"type": "object", "properties": {"x": SLOPPY},
+                                                          "required": ["x"]}}}
+    c = Constraint.of(Kind.JSON, schema)
+    assert accepts(svc, c, '{"name": "a"}')
+    assert not accepts(svc, c, '{"name": "a", "prefs": {}}')
+
+
+def tool(name: str, parameters: dict) -> dict:
+    return {"type": "function", "function": {"name": name, "parameters": parameters}}
+
+
+WEATHER = tool("get_weather", {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+BROKEN = tool("book_hotel", {"type": "object", "properties": {"wifi": SLOPPY}, "required": ["wifi"]})
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "qwen3_coder"])
+def test_a_tool_that_can_never_be_called_is_left_out_and_the_others_stay_callable(svc, fmt):
+    tag = build_tool_tag(load_format(fmt), [BROKEN, WEATHER, tool("find", SEARCH)], "required", True,
+                         UNHURRIED.replace(tool_scope="always"))
+    text = str(tag)
+    assert "book_hotel" not in text and "get_weather" in text and "find" in text
+    svc.validate(Constraint.of(Kind.STRUCTURAL_TAG, tag))
+
+
+def test_hermes_calls_of_the_left_out_tool_are_rejected(svc):
+    tag = build_tool_tag(load_format("hermes"), [BROKEN, WEATHER], "required", True, UNHURRIED)
+    c = Constraint.of(Kind.STRUCTURAL_TAG, tag)
+    assert accepts(svc, c, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>')
+    assert not accepts(svc, c, '<tool_call>\n{"name": "book_hotel", "arguments": {"wifi": true}}\n</tool_call>')
+
+
+def test_a_request_whose_only_tool_can_never_be_called_is_refused_naming_it():
+    with pytest.raises(ConstraintError, match="book_hotel.*no tool can be called"):
+        build_tool_tag(load_format("hermes"), [BROKEN], "required", True, UNHURRIED)
+
+
+# -- recursion ------------------------------------------------------------------------------------
+
+def test_a_ref_cycle_without_a_base_case_is_refused_naming_the_cycle(svc):
+    schema = {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}
+    with pytest.raises(EmptySchemaError, match=r"\$ref cycle.*#/\$defs/a.*#/\$defs/b"):
+        svc.validate(Constraint.of(Kind.JSON, schema))
+
+
+def test_an_object_that_requires_itself_is_refused(svc):
+    schema = {"type": "object", "properties": {"next": {"$ref": "#"}}, "required": ["next"]}
+    with pytest.raises(EmptySchemaError, match="accepts no value"):
+        svc.validate(Constraint.of(Kind.JSON, schema))
+
+
+@pytest.mark.parametrize("schema,text", [
+    ({"$defs": {"node": {"type": "object", "properties": {"value": {"type": "integer"}, "children": {
+        "type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["value"]}}, "$ref": "#/$defs/node"},
+     '{"value": 1, "children": [{"value": 2, "children": []}]}'),
+    ({"type": "object", "properties": {"head": {"type": "integer"}, "tail": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}},
+      "required": ["head", "tail"]}, '{"head": 1, "tail": {"head": 2, "tail": null}}'),
+], ids=["tree", "linked-list"])
+def test_recursive_schemas_with_a_base_case_keep_working(svc, schema, text):
+    c = Constraint.of(Kind.JSON, schema)
+    svc.validate(c)
+    assert accepts(svc, c, text)
+
+
+# -- structured enum/const values -----------------------------------------------------------------
+
+@pytest.mark.parametrize("schema", [{"const": {"bar": 2, "foo": [1, {"a": None}]}},
+                                    {"enum": ["x", {"bar": 2, "foo": [1, {"a": None}]}]}], ids=["const", "enum"])
+@pytest.mark.parametrize("text", ['{"bar":2,"foo":[1,{"a":null}]}', '{"bar": 2, "foo": [1, {"a": null}]}'],
+                         ids=["compact", "spaced"])
+def test_object_and_array_values_of_enum_and_const_take_whitespace_as_elsewhere(svc, schema, text):
+    c = Constraint.of(Kind.JSON, schema)
+    svc.validate(c)
+    assert accepts(svc, c, text)
+
+
+@pytest.mark.parametrize("text", ['{"bar": 2, "foo": [1]}', '{"bar": 2, "foo": [1, {"a": null}], "x": 1}',
+                                  '{"bar": 3, "foo": [1, {"a": null}]}'])
+def test_a_structured_const_still_takes_only_its_value(svc, text):
+    c = Constraint.of(Kind.JSON, {"const": {"bar": 2, "foo": [1, {"a": None}]}})
+    assert not accepts(svc, c, text)
