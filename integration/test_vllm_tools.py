@@ -76,6 +76,27 @@ def test_named_tool_missing_from_tools_is_a_400(tool_client, bias):
         call(tool_client, bias, tool_choice={"type": "function", "function": {"name": "no_such_tool"}})
 
 
+# A tool as real tool lists have it: a required parameter whose enum contradicts its type, so it can never be called.
+HOTEL = {"type": "function", "function": {"name": "book_hotel", "parameters": {
+    "type": "object", "properties": {"wifi": {"type": "boolean", "enum": ["True", "False", "dontcare"]}},
+    "required": ["wifi"]}}}
+
+
+def test_a_tool_that_can_never_be_called_does_not_sink_the_request(tool_client, bias):
+    message = tool_client.chat.completions.create(
+        model="tiny", messages=MESSAGES, max_tokens=250, logit_bias={**bias, EOS: 8.0}, temperature=1.0, seed=3,
+        tools=[HOTEL, WEATHER, CLOCK], tool_choice="required").choices[0].message
+    assert_valid_calls(message.tool_calls)
+    assert "book_hotel" not in {c.function.name for c in message.tool_calls}
+
+
+def test_a_request_whose_only_tool_can_never_be_called_is_a_400_naming_it(tool_client, bias):
+    with pytest.raises(openai.BadRequestError, match="book_hotel"):
+        tool_client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=20, tools=[HOTEL],
+                                            tool_choice="required")
+    assert_valid_calls(call(tool_client, bias, tool_choice="required").tool_calls)  # the server still serves
+
+
 @pytest.fixture(scope="module")
 def compact_client():
     """A server with vLLM's disable_any_whitespace: tagjit's grammars take compact JSON only."""
