@@ -1,5 +1,6 @@
 """The vLLM plugin's registration: idempotent, and off (with one log line) outside the supported versions."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -9,8 +10,14 @@ import pytest
 pytest.importorskip("vllm")
 
 
+# What tagjit's plugin hands the processes a server starts: a fresh process must not inherit it from this one.
+HANDED_DOWN = ("TAGJIT_VLLM_SELECTED", "TAGJIT_VLLM_COMPACT", "TAGJIT_METRICS_DIR")
+
+
 def run(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
+    env = {k: v for k, v in os.environ.items() if k not in HANDED_DOWN}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300,
+                          env=env)
 
 
 def test_register_makes_tagjit_a_valid_backend_and_is_idempotent():
