@@ -177,40 +177,40 @@ def test_the_service_and_the_api_server_share_one_validation(service, monkeypatc
     service.validate(c)  # the engine's check (SGLang) finds it done
 
 
-def test_validation_lints_a_schema_once_whichever_engine_asks(service):
-    from tagjit.compile import service as compiler
+def decision_first_findings() -> float:
+    """How many decision-before-reasoning lint findings this process has counted."""
     from tagjit.metrics import LINT
 
-    def findings() -> float:
-        return LINT.labels("decision-before-reasoning")._value.get()
+    return LINT.labels("decision-before-reasoning")._value.get()
 
-    schema = {"type": "object", "properties": {"verdict": {"enum": ["yes", "no"]}, "reasoning": {"type": "string"},
-                                               "case": {"const": "lint-once"}}}
-    c = Constraint.of(Kind.JSON, schema)
-    before = findings()
+
+def decision_first(case: str) -> Constraint:
+    """A schema whose enum decision precedes its reasoning (one lint finding), made distinct by ``case``."""
+    return Constraint.of(Kind.JSON, {"type": "object", "properties": {
+        "verdict": {"enum": ["yes", "no"]}, "reasoning": {"type": "string"}, "case": {"const": case}}})
+
+
+def test_validation_lints_a_schema_once_whichever_engine_asks(service):
+    from tagjit.compile import service as compiler
+
+    c = decision_first("lint-once")
+    before = decision_first_findings()
     service.validate(c)  # SGLang's path
     service.validate(c)
-    assert findings() == before + 1
+    assert decision_first_findings() == before + 1
     compiler.validate(c, service.settings)  # vLLM's API-server path
-    assert findings() == before + 1
+    assert decision_first_findings() == before + 1
 
 
 def test_validating_an_already_compiled_constraint_still_lints_it(service):
-    from tagjit.metrics import LINT
-
-    def findings() -> float:
-        return LINT.labels("decision-before-reasoning")._value.get()
-
-    schema = {"type": "object", "properties": {"verdict": {"enum": ["yes", "no"]}, "reasoning": {"type": "string"},
-                                               "case": {"const": "lint-after-compile"}}}
-    c = Constraint.of(Kind.JSON, schema)
+    c = decision_first("lint-after-compile")
     service.compile(c)  # compiled first (a warm-up, or an earlier request), never validated
     assert service.cached(c) is not None
-    before = findings()
+    before = decision_first_findings()
     service.validate(c)  # SGLang's path: the memory cache holds it, the lint still runs
-    assert findings() == before + 1
+    assert decision_first_findings() == before + 1
     service.validate(c)
-    assert findings() == before + 1
+    assert decision_first_findings() == before + 1
 
 
 def large_tool_tag_text(first: int = 0) -> str:
