@@ -14,6 +14,9 @@ from typing import Iterator
 
 from tiny_model import build
 
+# What tagjit's plugin hands the processes of one server (its selection, its metrics directory): a server started
+# here is a deployment of its own, whatever this process selected before.
+HANDED_DOWN = ("TAGJIT_VLLM_SELECTED", "TAGJIT_VLLM_COMPACT", "TAGJIT_METRICS_DIR")
 MODEL_DIR = os.environ.get("TAGJIT_TINY_MODEL", os.path.join(tempfile.gettempdir(), "tagjit-tiny-llama"))
 # Tokens made of closing characters, favoured so a random model closes its strings and objects.
 CLOSERS = ('"', "}", "]", '"}', '"]', "}]", "]}", '"}]')
@@ -41,7 +44,8 @@ def vllm_server(backend: str = "tagjit", *extra: str, model_dir: str | None = No
     cmd = [*vllm_command(), "serve", model, "--host", "127.0.0.1", "--port", str(port),
            "--served-model-name", "tiny", "--max-model-len", "4096", "--max-num-seqs", "16",
            "--dtype", "bfloat16", "--structured-outputs-config.backend", backend, *extra]
-    full_env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "INFO",
+    inherited = {k: v for k, v in os.environ.items() if k not in HANDED_DOWN}
+    full_env = {**inherited, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "INFO",
                 "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
     log = open(log_path, "w") if log_path else tempfile.NamedTemporaryFile("w", prefix="vllm-", suffix=".log",
                                                                           delete=False)

@@ -316,3 +316,11 @@ def test_compiled_cuda_kernel_matches_xgrammar_triton(monkeypatch, dtype, indice
     xgr.apply_token_bitmask_inplace(expected[:, :151936], mask, indices=indices, backend="triton")
     apply_token_bitmask_inplace(logits, mask, indices)
     assert same_bits(storage.cpu(), expected.cpu())
+
+
+def test_prepare_kernels_compiles_the_cpu_kernel_for_every_dtype():
+    from tagjit.kernels import cpu, prepare_kernels
+
+    cpu._numba_state.pop("kernel", None)
+    assert prepare_kernels("cpu", 1000) >= 0
+    assert cpu._numba_state.get("kernel") is not None

@@ -42,3 +42,50 @@ def test_malformed_file_is_a_clear_error(tmp_path):
     path.write_text("{not json")
     with pytest.raises(ConstraintError, match="not valid JSON"):
         load_warmup(str(path))
+
+
+def prepared_service(info, **settings):
+    """A service started as an engine starts it, under settings no other test uses (so it is new)."""
+    from tagjit.compile.service import start_service
+
+    return start_service(info, UNHURRIED.replace(**settings))
+
+
+def test_start_service_builds_the_tokenizer_tables_before_returning(llama3_info):
+    svc = prepared_service(llama3_info, cache_bytes=(64 << 20) + 1)
+    assert all(table.done() for table in svc._tables)
+    assert list(svc.prepared) == ["tables", "json", "tool_tag"]
+
+
+def test_start_service_compiles_a_json_schema_and_a_tool_tag_before_the_first_request(llama3_info):
+    from tagjit.compile.warmup import PREPARE_FORMAT, PREPARE_SCHEMA, PREPARE_TOOL
+    from tagjit import tools
+
+    svc = prepared_service(llama3_info, cache_bytes=(64 << 20) + 2)
+    tag = tools.build_tool_tag(tools.load_format(PREPARE_FORMAT), [PREPARE_TOOL], "required", True, svc.settings)
+    assert svc.cached(Constraint.of(Kind.JSON, PREPARE_SCHEMA)) is not None
+    assert svc.cached(Constraint.of(Kind.STRUCTURAL_TAG, tag)) is not None
+
+
+def test_a_service_is_prepared_once_however_often_an_engine_starts_it(llama3_info):
+    from tagjit import metrics
+
+    def counted() -> float:
+        return metrics.REGISTRY.get_sample_value("tagjit_warmup_milliseconds_count", {"step": "json"}) or 0.0
+
+    first = prepared_service(llama3_info, cache_bytes=(64 << 20) + 3)
+    before = counted()
+    again = prepared_service(llama3_info, cache_bytes=(64 << 20) + 3)
+    assert again is first and again.prepared == first.prepared
+    assert counted() == before
+
+
+def test_each_start_up_step_is_on_the_warmup_metric(llama3_info):
+    from tagjit import metrics
+
+    def count(step: str) -> float:
+        return metrics.REGISTRY.get_sample_value("tagjit_warmup_milliseconds_count", {"step": step}) or 0.0
+
+    before = {step: count(step) for step in ("tables", "json", "tool_tag")}
+    prepared_service(llama3_info, cache_bytes=(64 << 20) + 4)
+    assert {step: count(step) - n for step, n in before.items()} == {"tables": 1, "json": 1, "tool_tag": 1}

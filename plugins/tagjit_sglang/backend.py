@@ -179,6 +179,7 @@ class TagjitGrammarBackend(BaseGrammarBackend):
         self.service = engine.start_service(tokenizer_info, settings)
         self.policy = JitPolicy(settings)
         self.think_end_ids = list(think_end_ids) if think_end_ids else None
+        self.prepared_ms: dict[str, float] = dict(self.service.prepared or {})  # start-up work, ms per step
 
     @classmethod
     def from_server_args(cls, server_args: Any, tokenizer: Any, vocab_size: int,
@@ -191,7 +192,20 @@ class TagjitGrammarBackend(BaseGrammarBackend):
         else:
             stops = sorted(eos_token_ids) if eos_token_ids else None
             info = engine.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stops)
-        return cls(info, vocab_size, settings_for(server_args), think_end_ids_for(server_args, tokenizer))
+        backend = cls(info, vocab_size, settings_for(server_args), think_end_ids_for(server_args, tokenizer))
+        backend.prepare_kernels(_serving(server_args, "device", None) or "cpu")
+        return backend
+
+    def prepare_kernels(self, device: str) -> None:
+        """Compile the bitmask kernel for the scheduler's device now: SGLang builds this backend before the
+        scheduler takes requests (a failure is logged; the first mask step then compiles it)."""
+        try:
+            ms = engine.prepare_kernels(device, self.vocab_size, (torch.float32, torch.bfloat16))
+        except Exception:
+            log.exception("tagjit: could not compile the bitmask kernel at start-up")
+            return
+        self.prepared_ms = {**(self.service.prepared or {}), "kernel": ms}
+        engine.metrics.WARMUP_MS.labels("kernel").observe(ms)
 
     # -- SGLang's grammar-manager protocol -------------------------------------------------------
     def get_request_grammar_key(self, key: Tuple[str, str], *, input_ids: Sequence[int],

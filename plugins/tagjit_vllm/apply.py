@@ -10,6 +10,9 @@ Two patch points, both module attributes looked up at call time, so nothing else
   ``_apply_grammar_bitmask_kernel[grid](...)``. That global becomes a launcher that resolves the
   (request, position) mapping to logits rows on the device and calls tagjit's Triton kernel.
 
+Each worker compiles the kernel for its device and logits dtypes when vLLM warms the model up
+(``compile_or_warm_up_model``, before the engine reports ready), not at the first constrained step.
+
 Both do nothing unless tagjit is the server's structured-outputs backend (``patches.active()``): a
 server on another backend with tagjit merely installed applies bitmasks as vLLM does. Calls tagjit
 does not cover (an explicit ``vocab_size`` or ``backend``, a bitmask narrower than the logits for
@@ -50,6 +53,7 @@ def install() -> None:
             _patch_model_runner_v2()
         except ImportError as exc:  # a vLLM build without Model Runner V2
             log.debug("tagjit: Model Runner V2 bitmask path not patched: %s", exc)
+        _patch_worker_warmup()
 
 
 def selected() -> bool:
@@ -160,3 +164,39 @@ def _patch_model_runner_v2() -> None:
     kernel = structured_outputs._apply_grammar_bitmask_kernel
     if not isinstance(kernel, _ModelRunnerV2Kernel):
         replace_attr(structured_outputs, "_apply_grammar_bitmask_kernel", _ModelRunnerV2Kernel(kernel))
+
+
+def _patch_worker_warmup() -> None:
+    """Make each worker's ``compile_or_warm_up_model`` also compile tagjit's kernel. The executor calls it on the
+    worker's ``WorkerWrapperBase``, which passes what it lacks on to the worker (whose class is resolved only after
+    plugins load), so the wrapper gets the method."""
+    from vllm.v1.worker.worker_base import WorkerWrapperBase
+
+    if getattr(WorkerWrapperBase.__dict__.get("compile_or_warm_up_model"), "_tagjit", False):
+        return
+
+    def compile_or_warm_up_model(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = self.worker.compile_or_warm_up_model(*args, **kwargs)
+        if selected():
+            prepare_worker_kernels(self.worker)
+        return result
+
+    compile_or_warm_up_model._tagjit = True  # type: ignore[attr-defined]
+    replace_attr(WorkerWrapperBase, "compile_or_warm_up_model", compile_or_warm_up_model)
+
+
+def prepare_worker_kernels(worker: Any) -> None:
+    """Compile tagjit's kernel for a worker's device, vocabulary and logits dtypes (a failure is logged: the first
+    constrained step then compiles it, or falls back to vLLM's own)."""
+    from tagjit.engine import metrics, prepare_kernels
+
+    try:
+        model_config = worker.vllm_config.model_config
+        device = getattr(worker, "device", None) or torch.device("cpu")
+        dtypes = list(dict.fromkeys((torch.float32, model_config.dtype)))
+        ms = prepare_kernels(device, model_config.get_vocab_size(), dtypes)
+    except Exception:
+        log.exception("tagjit: could not compile the bitmask kernel at start-up")
+        return
+    metrics.WARMUP_MS.labels("kernel").observe(ms)
+    log.info("tagjit: bitmask kernel compiled for %s in %.0f ms", device, ms)

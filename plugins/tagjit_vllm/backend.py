@@ -142,7 +142,10 @@ class TagjitBackend(StructuredOutputBackend):
         self.service = engine.start_service(info, self.settings)
         self.policy = JitPolicy(self.settings)
         metrics_dir = os.environ.get("TAGJIT_METRICS_DIR")
-        self._metrics = SnapshotWriter(metrics_dir).start() if metrics_dir and os.path.isdir(metrics_dir) else None
+        self._metrics = SnapshotWriter(metrics_dir) if metrics_dir and os.path.isdir(metrics_dir) else None
+        if self._metrics is not None:
+            self._metrics.write()  # the start-up's metrics are on /metrics from the moment the engine is ready
+            self._metrics.start()
 
     def constraint(self, request_type: StructuredOutputOptions, grammar_spec: str) -> Constraint:
         """The core constraint for a vLLM request type and spec."""

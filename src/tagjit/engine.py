@@ -13,7 +13,9 @@ Engine level (once per process / tokenizer)
         The engine's tokenizer as an ``xgr.TokenizerInfo``.
     ``start_service(tokenizer_info, settings) -> CompileService``
         The compile service of a tokenizer and settings (validation, caches, the compile pool, JIT compiles),
-        warmed up from ``TAGJIT_WARMUP_FILE``. ``service_for`` is the same service without the warm-up.
+        with its once-per-process work done (per-tokenizer tables, first compiles and fills: ``prepared`` holds
+        the milliseconds of each step) and warmed up from ``TAGJIT_WARMUP_FILE``. ``service_for`` is the same
+        service without either. Call it while the engine starts, before it reports ready.
     ``JitPolicy``
         Decides per request whether its grammar compiles during prefill (``overlap``; the adapter reports how
         busy the engine is) and learns prefill speed from each request's first mask (``observe_first_mask``).
@@ -37,7 +39,8 @@ Request level
     ``fill_bitmasks(matchers, bitmask, rows)``
         A step's masks in one call (xgrammar's batch matcher for plain grammars): what an adapter calls per step.
     ``allocate_token_bitmask``, ``apply_token_bitmask_inplace``, ``apply_token_bitmask_rows_inplace``
-        xgrammar's packed int32 bitmask layout, applied to logits by tagjit's kernels.
+        xgrammar's packed int32 bitmask layout, applied to logits by tagjit's kernels. ``prepare_kernels(device,
+        vocab_size)`` compiles them where the logits live, in the process that applies masks, before it is ready.
 
 Tool calls
     ``format_for_parser``, ``variant_for_vocab``, ``load_format``, ``build_tool_tag``, ``build_tool_tag_json``
@@ -64,7 +67,7 @@ from tagjit.compile.jit import JitPolicy
 from tagjit.compile.service import CompileService, service_for, start_service, trust, validate
 from tagjit.constraint import Constraint, Kind
 from tagjit.errors import CompileLimitError, ConstraintError, UnsupportedFeatureError
-from tagjit.kernels import apply_token_bitmask_inplace, apply_token_bitmask_rows_inplace
+from tagjit.kernels import apply_token_bitmask_inplace, apply_token_bitmask_rows_inplace, prepare_kernels
 from tagjit.runtime.matcher import Compiled, Matcher, allocate_token_bitmask, fill_bitmasks
 from tagjit.runtime.vocab import from_huggingface, load_tokenizer_info
 from tagjit.schema import parse_schema
@@ -74,7 +77,7 @@ from tagjit.tools import build_tool_tag, build_tool_tag_json, format_for_parser,
 __all__ = [
     "Settings", "get_settings", "set_settings", "from_huggingface", "load_tokenizer_info", "service_for",
     "start_service", "CompileService", "JitPolicy", "Constraint", "Kind", "validate", "trust", "Compiled", "Matcher", "fill_bitmasks",
-    "allocate_token_bitmask", "apply_token_bitmask_inplace", "apply_token_bitmask_rows_inplace",
+    "allocate_token_bitmask", "apply_token_bitmask_inplace", "apply_token_bitmask_rows_inplace", "prepare_kernels",
     "ConstraintError", "UnsupportedFeatureError", "CompileLimitError", "format_for_parser", "variant_for_vocab",
     "load_format", "build_tool_tag", "build_tool_tag_json", "with_any_order", "parse_schema", "metrics", "SnapshotWriter", "MergedCollector",
 ]

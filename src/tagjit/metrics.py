@@ -47,6 +47,9 @@ MASK_FILL_US = Histogram("tagjit_mask_fill_microseconds", "Token mask fill time 
                          registry=REGISTRY)
 ERRORS = Counter("tagjit_constraint_errors", "Constraints refused", ["kind"], registry=REGISTRY)
 LINT = Counter("tagjit_lint_findings", "Schema lint findings", ["rule"], registry=REGISTRY)
+WARMUP_MS = Histogram("tagjit_warmup_milliseconds",
+                      "Once-per-process work done while the engine starts, before it takes requests, by step",
+                      ["step"], buckets=_MS_BUCKETS, registry=REGISTRY)
 
 
 def snapshot() -> list[dict]:

@@ -32,6 +32,11 @@ def backend_class() -> str:
     return type(S.manager().grammar_backend).__name__
 
 
+def prepared_steps() -> list[str]:
+    """The start-up steps the backend SGLang built had done before its first request."""
+    return sorted(S.manager().grammar_backend.prepared_ms)
+
+
 def admit_mixed(constraints: list[dict]) -> list[dict]:
     """Admit one request per constraint together; each one's outcome after the queue drains."""
     mgr = S.manager()

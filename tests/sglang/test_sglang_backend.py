@@ -61,6 +61,10 @@ def test_sglang_factory_builds_the_tagjit_backend(scheduler):
     assert scheduler("backend_class") == "TagjitGrammarBackend"
 
 
+def test_the_backend_sglang_builds_is_prepared_before_its_first_request(scheduler):
+    assert scheduler("prepared_steps") == ["json", "kernel", "tables", "tool_tag"]
+
+
 def test_bad_constraints_abort_only_their_requests(scheduler):
     out = scheduler("admit_mixed", [
         {"json_schema": json.dumps(OBJECT)},

@@ -77,6 +77,20 @@ def test_grammar_init_gives_the_request_a_tagjit_grammar(config, manager):
     assert isinstance(grammar, TagjitGrammar) and isinstance(grammar, StructuredOutputGrammar)
 
 
+def test_an_engine_configured_for_tagjit_has_its_backend_prepared_before_any_request(manager):
+    from tagjit_vllm.backend import TagjitBackend
+
+    assert isinstance(manager.backend, TagjitBackend)
+    assert list(manager.backend.service.prepared) == ["tables", "json", "tool_tag"]
+
+
+def test_an_engine_on_another_backend_still_builds_it_at_its_first_request(model_dir):
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    manager = StructuredOutputManager(vllm_config(model_dir, backend="xgrammar"))
+    assert manager.backend is None
+
+
 def test_grammar_init_without_jit_hands_the_scheduler_a_future_of_the_grammar(config, monkeypatch):
     import tagjit
     from vllm.v1.structured_output import StructuredOutputManager
@@ -162,4 +176,6 @@ def test_an_xgrammar_request_first_on_a_tagjit_engine_gets_vllms_one_backend_err
 
     with pytest.raises(VLLMValidationError, match="only supports one backend per engine"):
         manager.grammar_init(request(config, manager, "r-xgrammar", backend="xgrammar", json=WEATHER))
-    assert manager.backend is None and manager.backend_name == "tagjit"
+    from tagjit_vllm.backend import TagjitBackend
+
+    assert isinstance(manager.backend, TagjitBackend) and manager.backend_name == "tagjit"

@@ -50,18 +50,8 @@ def patch_grammar_init() -> None:
             return original(self, request)
         from concurrent.futures import Future
 
-        from ..backend import TagjitBackend
-
-        if self.backend is None:
-            self.backend = TagjitBackend(self.vllm_config, tokenizer=self.tokenizer,
-                                         vocab_size=self.vllm_config.model_config.get_vocab_size())
-            # Every step's masks in one batch (see patch_batch_fill): vLLM's batched branch, at any batch size.
-            self.fill_bitmask_parallel_threshold = 0
-            self.fill_bitmask_parallel_batch_size = 1 << 30
-            if not hasattr(self, "executor_for_fillmask"):  # clear_backend shuts it down below the threshold
-                from concurrent.futures import ThreadPoolExecutor
-
-                self.executor_for_fillmask = ThreadPoolExecutor(max_workers=1)
+        if self.backend is None:  # an engine whose start-up did not build it (see patch_manager_latch)
+            create_backend(self)
         if hasattr(self, "backend_name"):  # vLLM 0.33: the engine's one backend
             self.backend_name = NAME
         live = getattr(self, LIVE_ATTR, None)
@@ -77,9 +67,28 @@ def patch_grammar_init() -> None:
     replace_attr(StructuredOutputManager, "grammar_init", grammar_init)
 
 
+def create_backend(manager: Any) -> None:
+    """Make tagjit the manager's backend: its compile service prepared, every step's masks filled in one batch."""
+    from ..backend import TagjitBackend
+
+    manager.backend = TagjitBackend(manager.vllm_config, tokenizer=manager.tokenizer,
+                                    vocab_size=manager.vllm_config.model_config.get_vocab_size())
+    # Every step's masks in one batch (see patch_batch_fill): vLLM's batched branch, at any batch size.
+    manager.fill_bitmask_parallel_threshold = 0
+    manager.fill_bitmask_parallel_batch_size = 1 << 30
+    if not hasattr(manager, "executor_for_fillmask"):  # clear_backend shuts it down below the threshold
+        from concurrent.futures import ThreadPoolExecutor
+
+        manager.executor_for_fillmask = ThreadPoolExecutor(max_workers=1)
+    if hasattr(manager, "backend_name"):  # vLLM 0.33: the engine's one backend
+        manager.backend_name = NAME
+
+
 def patch_manager_latch() -> None:
-    """vLLM 0.33: an engine configured for tagjit latches ``backend_name`` to tagjit from the start, so a
-    request that resolved to another backend gets vLLM's own "one backend per engine" error."""
+    """An engine configured for tagjit builds tagjit's backend while it starts (the engine core makes its manager
+    before it reports ready), so the first request pays nothing once per process; vLLM's own backends are built
+    by the first request that needs one. On vLLM 0.33 this also latches ``backend_name`` to tagjit, so a request
+    resolved to another backend gets vLLM's own "one backend per engine" error."""
     from vllm.v1.structured_output import StructuredOutputManager
 
     original = StructuredOutputManager.__init__
@@ -90,8 +99,17 @@ def patch_manager_latch() -> None:
     def __init__(self: Any, vllm_config: Any, *args: Any, **kwargs: Any) -> None:
         original(self, vllm_config, *args, **kwargs)
         so_config = getattr(vllm_config, "structured_outputs_config", None)
-        if hasattr(self, "backend_name") and getattr(so_config, "backend", None) == NAME:
+        if getattr(so_config, "backend", None) != NAME:
+            return
+        if hasattr(self, "backend_name"):
             self.backend_name = NAME
+        if getattr(self, "tokenizer", None) is None:  # skip_tokenizer_init: no structured outputs at all
+            return
+        try:
+            create_backend(self)
+        except Exception:  # the first request builds it again and reports what fails as its own error
+            log.exception("tagjit: could not build the backend at start-up")
+            self.backend = None
 
     __init__._tagjit = True  # type: ignore[attr-defined]
     replace_attr(StructuredOutputManager, "__init__", __init__)

@@ -8,7 +8,7 @@ import os
 import threading
 import time
 from concurrent.futures import Future
-from typing import Sequence
+from typing import Callable, Sequence
 
 import xgrammar as xgr
 
@@ -20,7 +20,7 @@ from tagjit.compile.composite import vocab_index
 from tagjit.compile.composite.assemble import CompositeAssembler
 from tagjit.compile.pools import SingleFlight, compile_pool, parse_cpus
 from tagjit.compile.validation import lint_constraint, trust, validate
-from tagjit.compile.warmup import load_warmup, warm_up
+from tagjit.compile.warmup import PREPARE_FORMAT, PREPARE_SCHEMA, PREPARE_TOOL, load_warmup, warm_up
 from tagjit.constraint import Constraint, Kind
 from tagjit.errors import CompileLimitError, ConstraintError
 from tagjit.runtime.matcher import Compiled, Matcher
@@ -59,12 +59,13 @@ class CompileService:
         # Per-tokenizer tables that composite tags and any-order filters need (~0.5 s each, once per tokenizer), built
         # off the request path on a pool the interpreter joins at exit (a daemon thread still reading the vocabulary
         # through xgrammar's FFI at exit aborts the process).
-        self._unit_pool.submit(vocab_index, tokenizer_info)
-        self._unit_pool.submit(any_order.vocab_tables, tokenizer_info)
+        self._tables = [self._unit_pool.submit(vocab_index, tokenizer_info),
+                        self._unit_pool.submit(any_order.vocab_tables, tokenizer_info)]
         self.disk = DiskCache(s.disk_cache_dir, self._salt) if s.disk_cache_dir else None
         self._pool = compile_pool(max(1, s.compile_threads), "tagjit-compile", s)
         self._flight = SingleFlight(self._pool, self.memory)
         self._ms_per_kb = 2.0  # running estimate of compile cost, updated on every miss
+        self.prepared: dict[str, float] | None = None  # ms per step of ``warmup.prepare``, once run
 
     # -- keys and validation -----------------------------------------------------------------
     def key(self, constraint: Constraint) -> str:
@@ -154,6 +155,34 @@ class CompileService:
         return Matcher(self.submit(constraint), stop_token_ids=stop_token_ids, vocab_size=self.vocab_size,
                        wait_timeout_s=self.settings.compile_timeout_s, reasoning_end_ids=reasoning_end_ids)
 
+    def wait_tables(self) -> None:
+        """Wait until the per-tokenizer tables (composite tags, any-order filters) are built."""
+        for table in self._tables:
+            table.result()
+
+    def prepare(self) -> dict[str, float]:
+        """Do the once-per-process work now (tables, first compiles and fills): milliseconds per step."""
+        from tagjit import tools
+        from tagjit.runtime.matcher import allocate_token_bitmask, fill_bitmasks
+
+        steps: dict[str, float] = {}
+        bitmask = allocate_token_bitmask(1, self.vocab_size)
+
+        def step(name: str, work: Callable[[], object]) -> None:
+            start = time.perf_counter()
+            work()
+            steps[name] = (time.perf_counter() - start) * 1000
+            metrics.WARMUP_MS.labels(name).observe(steps[name])
+
+        def first_fill(constraint: Constraint) -> None:
+            fill_bitmasks([self.grammar(constraint)], bitmask, [0])
+
+        step("tables", self.wait_tables)
+        step("json", lambda: first_fill(Constraint.of(Kind.JSON, PREPARE_SCHEMA)))
+        tag = tools.build_tool_tag(tools.load_format(PREPARE_FORMAT), [PREPARE_TOOL], "required", True, self.settings)
+        step("tool_tag", lambda: first_fill(Constraint.of(Kind.STRUCTURAL_TAG, tag)))
+        return steps
+
     def warmup(self, constraints: Sequence[Constraint]) -> int:
         """Compile constraints ahead of traffic; returns how many compiled (bad ones are logged)."""
         return warm_up(self.compile, constraints)
@@ -182,8 +211,20 @@ def service_for(tokenizer_info: xgr.TokenizerInfo, settings: Settings | None = N
 
 
 def start_service(tokenizer_info: xgr.TokenizerInfo, settings: Settings) -> CompileService:
-    """An engine's compile service, warmed up from ``TAGJIT_WARMUP_FILE`` (already compiled entries are cache hits)."""
+    """An engine's compile service, prepared (``CompileService.prepare``, once per service) and warmed up from
+    ``TAGJIT_WARMUP_FILE`` (already compiled entries are cache hits)."""
     service = service_for(tokenizer_info, settings)
+    with _services_lock:
+        first = service.prepared is None
+        if first:
+            service.prepared = {}
+    if first:
+        try:
+            service.prepared = service.prepare()
+            log.info("tagjit: prepared in %.0f ms before the first request (%s)", sum(service.prepared.values()),
+                     ", ".join(f"{k} {v:.0f} ms" for k, v in service.prepared.items()))
+        except Exception:  # a request that needs what failed here fails on its own; the engine starts
+            log.exception("tagjit: start-up preparation failed; the first requests pay for it")
     if settings.warmup_file:
         n = service.warmup(load_warmup(settings.warmup_file, settings))
         log.info("tagjit: warmed up %d constraints from %s", n, settings.warmup_file)

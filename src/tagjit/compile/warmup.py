@@ -1,4 +1,4 @@
-"""Warm-up files: constraints to compile at start-up, before the first request needs them.
+"""Start-up work: what ``CompileService.prepare`` compiles once per process, and warm-up files of constraints.
 
 A warm-up file is JSON, either a list of JSON schemas or an object with any of::
 
@@ -19,6 +19,18 @@ from tagjit.settings import Settings, get_settings
 from tagjit.constraint import Constraint, Kind
 
 log = logging.getLogger("tagjit")
+
+# What the first request of each kind would otherwise pay for: every JSON type and keyword family xgrammar builds
+# rules for, and a tool call through the composite path (its per-tool units and the format's tag skeleton).
+PREPARE_SCHEMA = {"type": "object", "properties": {
+    "name": {"type": "string", "minLength": 1}, "count": {"type": "integer", "minimum": 0},
+    "score": {"type": "number"}, "ok": {"type": "boolean"}, "tags": {"type": "array", "items": {"type": "string"}},
+    "kind": {"enum": ["a", "b"]}, "extra": {"anyOf": [{"type": "null"}, {"type": "object"}]}},
+    "required": ["name", "count"]}
+PREPARE_TOOL = {"type": "function", "function": {"name": "tagjit_prepare", "parameters": {
+    "type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
+    "required": ["query"]}}}
+PREPARE_FORMAT = "hermes"
 
 
 def warm_up(compile_one: Callable[[Constraint], object], constraints: Sequence[Constraint]) -> int:

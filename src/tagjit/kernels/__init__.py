@@ -67,6 +67,24 @@ def apply_token_bitmask_rows_inplace(logits: torch.Tensor, bitmask: torch.Tensor
     _dispatch(logits2d, bitmask2d, rows, False, vocab, backend)
 
 
+def prepare_kernels(device: torch.device | str = "cpu", vocab_size: int = 1024,
+                    dtypes: Sequence[torch.dtype] = _DTYPES) -> float:
+    """Compile every launch shape of the kernels for a device and logits dtypes now; returns milliseconds."""
+    import time
+
+    start = time.perf_counter()
+    words = (vocab_size + 31) // 32
+    for dtype in dtypes:
+        logits = torch.zeros((2, vocab_size), dtype=dtype, device=device)
+        bitmask = torch.zeros((2, words), dtype=torch.int32, device=device)
+        apply_token_bitmask_inplace(logits, bitmask)
+        apply_token_bitmask_inplace(logits, bitmask, [1])
+        apply_token_bitmask_rows_inplace(logits, bitmask, torch.tensor([1, -1], dtype=torch.int32, device=device))
+        if not bool(torch.isneginf(logits).all()):
+            raise RuntimeError(f"bitmask kernel self-check failed on {device} for {dtype}")
+    return (time.perf_counter() - start) * 1000
+
+
 def cpu_backend() -> str:
     """The CPU kernel in use: "numba" or "xgrammar" (compiles the numba kernel if not done yet)."""
     return "numba" if numba_kernel() is not None else "xgrammar"
