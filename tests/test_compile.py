@@ -102,7 +102,7 @@ def test_bad_constraint_is_refused_with_its_reason(service, kind, source, reason
     ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "uniqueItems"),
     ({"type": "number", "multipleOf": 0.5}, "multipleOf"),
     ({"if": {"type": "string"}, "then": {"minLength": 2}}, "if"),
-    ({"type": "string", "format": "path"}, "format: path"),
+    ({"type": "string", "format": "regex"}, "format: regex"),
     ({"allOf": [{"type": "string", "pattern": "a"}, {"type": "string", "pattern": "b"}]}, "allOf"),
     ({"type": "object", "properties": {"a": {"$ref": "https://example.com/s.json"}}}, "$ref"),
 ])

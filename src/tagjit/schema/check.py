@@ -12,16 +12,11 @@ from tagjit.compile.cache import bounded_memo
 from tagjit.errors import CompileLimitError, ConstraintError, EmptySchemaError, UnsupportedFeatureError
 from tagjit.schema.metaschema import quick_valid
 from tagjit.settings import get_settings
+from tagjit.schema.formats import SUPPORTED_FORMATS
 from tagjit.schema.normalize import normalize_schema
 from tagjit.schema.keywords import path_text, subschemas
 from tagjit.schema.productive import unproductive_refs
 
-
-# Formats xgrammar's converter turns into exact grammars.
-SUPPORTED_FORMATS = frozenset({
-    "email", "date", "time", "date-time", "duration", "ipv4", "ipv6", "hostname", "uuid",
-    "uri", "uri-reference", "uri-template", "json-pointer", "relative-json-pointer",
-})
 
 # Keywords whose constraint xgrammar does not enforce (it would accept text the schema forbids).
 _UNSUPPORTED = ("not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",

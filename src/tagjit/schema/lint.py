@@ -1,10 +1,11 @@
-"""Schema lint: property order is generation order, so flag orders that hurt the output.
+"""Schema lint: what a schema's author should know about how tagjit reads it.
 
-Two rules. ``decision-before-reasoning``: an object lists a decision-like field (an enum, boolean or
+Property order is generation order, so two rules flag orders that hurt the output. ``decision-before-reasoning``: an object lists a decision-like field (an enum, boolean or
 number, or a label such as ``category`` or ``verdict``) before its reasoning-like field, so the
 model commits to the decision before it has written any reasoning. ``sorted-properties``: an
 object's (three or more) properties are in alphabetical order, the mark of ``sort_keys=True`` or a
-schema normaliser upstream that threw the author's order away.
+schema normaliser upstream that threw the author's order away. ``unknown-format``: a ``format`` that is
+neither a JSON Schema nor an OpenAPI format is an annotation, not enforced (``tagjit.schema.formats``).
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from tagjit.schema.formats import is_annotation
 from tagjit.schema.keywords import children, escape, resolve
 
 DECISION_BEFORE_REASONING = "decision-before-reasoning"
 SORTED_PROPERTIES = "sorted-properties"
+UNKNOWN_FORMAT = "unknown-format"
 
 REASONING_WORDS = frozenset({
     "reasoning", "reason", "reasons", "analysis", "explanation", "explanations", "rationale", "evidence",
@@ -57,7 +60,20 @@ def lint_schema(schema: Any) -> list[Finding]:
             findings.append(Finding(SORTED_PROPERTIES, path, (
                 f"properties are in alphabetical order ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''}): "
                 "was the schema re-serialised with sort_keys=True? Property order is generation order")))
+    for path, node in _nodes(schema, "#", set()):
+        if is_annotation(node.get("format")):
+            findings.append(Finding(UNKNOWN_FORMAT, path, (
+                f"format {node['format']!r} is not a JSON Schema or OpenAPI format: an annotation, not enforced")))
     return findings
+
+
+def _nodes(node: Any, path: str, seen: set[int]) -> Iterator[tuple[str, dict]]:
+    if not isinstance(node, dict) or id(node) in seen:
+        return
+    seen.add(id(node))
+    yield path, node
+    for parts, child in children(node):
+        yield from _nodes(child, path + "".join(f"/{escape(str(p))}" for p in parts), seen)
 
 
 def _decision_first(root: dict, path: str, props: dict, names: list[str]) -> list[Finding]:

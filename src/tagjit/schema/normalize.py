@@ -10,6 +10,7 @@ from typing import Any, Iterator
 import jsonschema
 
 from tagjit.errors import ConstraintError, EmptySchemaError, UnsupportedFeatureError
+from tagjit.schema.formats import apply_format
 from tagjit.schema.keywords import KEYS, LISTS, MAPS, PASSIVE, TYPE_KEYWORDS, VALUES, path_text, resolve, subschemas
 
 log = logging.getLogger("tagjit")
@@ -57,6 +58,8 @@ class _Normalizer:
             if ref not in self._anchor_paths:  # xgrammar would silently accept anything here
                 raise ConstraintError(f"JSON schema at '{where}': $ref {ref!r} names no anchor in the schema")
             n["$ref"] = self._anchor_paths[ref]
+        if "format" in n:
+            apply_format(n)
         _exact_date(n)
         if isinstance(n.get("allOf"), list):
             branches = n.pop("allOf")
