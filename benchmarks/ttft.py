@@ -5,8 +5,10 @@ Llama big enough that a long prompt's prefill takes about as long as a large gra
 Requests go one at a time (streamed) so TTFT is not confounded by batching:
 
   schemas        JSONSchemaBench schemas, each new to the server, long prompt
-  tools-N        tool_choice=required with N BFCL tools, a new tool set per request, long prompt
+  tools-N        tool_choice=required with N BFCL tools (``--tool-pool jsonschemabench``: JSONSchemaBench object
+                 schemas from GitHub and SchemaStore as strict tools), a new tool set per request, long prompt
   tools-combo    tool_choice=required, short prompt, a new combination of 200 tools all seen before
+  first-N        the first constrained request after start (N new tools), before any other
   plain          the same prompts without constraints (the baseline of every overhead)
   free           tools-N only: the same prompt and number of new tools, tool_choice=auto and not strict,
                  which no backend constrains: what the server spends on carrying the tools, any backend
@@ -67,6 +69,50 @@ def load_schemas(n: int) -> list[dict]:
             if len(out) >= n:
                 return out
     return out
+
+
+def schema_tools(n: int) -> list[dict]:
+    """Tools no one wrote as tools: JSONSchemaBench object schemas (nested objects, enums, arrays, anyOf) from GitHub
+    and SchemaStore as the
+    parameters of strict functions, each accepted by tagjit and xgrammar alike, named after its file."""
+    import xgrammar as xgr
+
+    from tagjit import ConstraintError, Settings
+    from tagjit.compile.service import validate
+    from tagjit.constraint import Constraint, Kind
+
+    import logging
+
+    logging.getLogger("tagjit").setLevel(logging.ERROR)  # the sloppy schemas' notes are not this benchmark's
+    by_split: list[list[dict]] = []
+    for split in ("Github_trivial", "Github_easy", "Github_medium", "JsonSchemaStore"):  # Glaiveai2K is tool-shaped
+        folder = DATA / "jsonschemabench" / split
+        if not folder.is_dir():
+            continue
+        tools: list[dict] = []
+        for name in sorted(os.listdir(folder)):
+            schema = json.loads((folder / name).read_text())
+            if not isinstance(schema, dict) or schema.get("type") != "object" or not schema.get("properties"):
+                continue
+            if len(json.dumps(schema)) > 6000:  # a tool's parameters, not a whole API description
+                continue
+            try:
+                validate(Constraint.of(Kind.JSON, schema), Settings())
+                xgr.Grammar.from_json_schema(json.dumps(schema))
+            except (ConstraintError, RuntimeError, ValueError):
+                continue
+            params = {k: v for k, v in schema.items() if k not in ("$schema", "$id", "id", "title")}
+            tools.append({"type": "function", "function": {
+                "name": f"{split.lower()}_{name.removesuffix('.json')}",
+                "description": str(schema.get("title") or schema.get("description") or split)[:200],
+                "parameters": params, "strict": True}})
+            if len(tools) >= n:
+                break
+        by_split.append(tools)
+    # Round robin over the splits, so any slice of the pool mixes their styles.
+    mixed = [t for group in zip(*by_split) for t in group] if by_split else []
+    rest = [t for group in by_split for t in group[len(mixed) // max(1, len(by_split)):]]
+    return (mixed + rest)[:n]
 
 
 def first_token_ms(client, **kwargs) -> float:
@@ -140,8 +186,15 @@ def run_backend(backend: str, model: str, args, schemas, tools, log) -> list[dic
             return make
 
         rng = random.Random(0)
-        # One-off costs (first forward pass, first mask apply, first tool tag) are paid before measuring.
+        # The first forward passes are paid before measuring (the same for every backend); the first constrained
+        # request after start is a row of its own: N new tools (N the largest of --tool-counts), over the same
+        # prompt unconstrained.
         measure("warmup", "plain", long_prompt(args.prompt_tokens, 0))
+        n_first = max(args.tool_counts)
+        measure(f"first-{n_first}", "plain", long_prompt(args.prompt_tokens, 10_000))
+        measure(f"first-{n_first}", "constrained", long_prompt(args.prompt_tokens, 10_000),
+                tools_request(tools, n_first, new=True))
+        # Then what remains one-off for a backend that builds its state lazily, before the steady rows.
         measure("warmup", "constrained", long_prompt(args.prompt_tokens, 1),
                 lambda: {"extra_body": {"structured_outputs": {"regex": f"[a-z]+{next(copies)}"}}})
         measure("warmup", "constrained", "x", tools_request(tools[-20:], 1))
@@ -201,12 +254,15 @@ def summarize(rows: list[dict]) -> list[dict]:
             plain_total, total = median(b, s, "plain", "total_ms"), median(b, s, "constrained", "total_ms")
             free_total = median(b, s, "free", "total_ms")
             xg = median("xgrammar", s, "constrained", "ttft_ms")
+            samples = [r["ttft_ms"] for r in rows if r["backend"] == b and r["scenario"] == s
+                       and r["variant"] == "constrained" and "ttft_ms" in r]
             out.append({"scenario": s, "backend": b, "plain_ttft_ms": plain, "free_ttft_ms": free, "ttft_ms": cons,
                         "overhead_pct": pct(cons, plain), "overhead_free_pct": pct(cons, free),
                         "plain_total_ms": plain_total, "total_ms": total,
                         "total_overhead_pct": pct(total, plain_total),
                         "total_overhead_free_pct": pct(total, free_total),
-                        "vs_xgrammar": cons / xg if xg else None})
+                        "vs_xgrammar": cons / xg if xg else None, "samples": len(samples),
+                        "ttft_range_ms": [min(samples), max(samples)]})
     return out
 
 
@@ -218,13 +274,16 @@ def print_table(summary: list[dict]) -> None:
     def pc(x: float | None) -> str:
         return f"{x:+.1f}%" if x is not None else "-"
 
-    print(f"\n{'scenario':<12} {'backend':<9} {'plain ms':>9} {'free ms':>8} {'TTFT ms':>8} {'/plain':>8} {'/free':>8} "
-          f"{'total ms':>9} {'/plain':>8} {'/free':>8} {'TTFT vs xgrammar':>17}")
-    print("-" * 113)
+    print(f"\n{'scenario':<12} {'backend':<9} {'n':>2} {'plain ms':>9} {'free ms':>8} {'TTFT ms':>8} {'range':>11} "
+          f"{'/plain':>8} {'/free':>8} {'total ms':>9} {'/plain':>8} {'/free':>8} {'TTFT vs xgrammar':>17}")
+    print("-" * 128)
     for r in summary:
         vs = f"{r['vs_xgrammar']:.2f}x" if r["vs_xgrammar"] else "-"
-        print(f"{r['scenario']:<12} {r['backend']:<9} {ms(r['plain_ttft_ms']):>9} {ms(r.get('free_ttft_ms')):>8} "
-              f"{ms(r['ttft_ms']):>8} {pc(r['overhead_pct']):>8} {pc(r.get('overhead_free_pct')):>8} "
+        spread = r.get("ttft_range_ms")
+        spread = f"{spread[0]:.0f}-{spread[1]:.0f}" if spread else "-"
+        print(f"{r['scenario']:<12} {r['backend']:<9} {r.get('samples', 0):>2} {ms(r['plain_ttft_ms']):>9} "
+              f"{ms(r.get('free_ttft_ms')):>8} {ms(r['ttft_ms']):>8} {spread:>11} "
+              f"{pc(r['overhead_pct']):>8} {pc(r.get('overhead_free_pct')):>8} "
               f"{ms(r['total_ms']):>9} {pc(r['total_overhead_pct']):>8} {pc(r.get('total_overhead_free_pct')):>8} "
               f"{vs:>17}")
 
@@ -270,6 +329,8 @@ def main() -> int:
     p.add_argument("--tool-counts", type=lambda s: [int(x) for x in s.split(",")], default=[10, 50, 200])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--pool", type=int, default=300, help="tools seen before the tools-combo requests")
+    p.add_argument("--tool-pool", choices=("bfcl", "jsonschemabench"), default="bfcl",
+                   help="where tools come from: BFCL functions, or JSONSchemaBench object schemas as parameters")
     p.add_argument("--prompt-tokens", type=int, default=2400)
     p.add_argument("--short-tokens", type=int, default=40)
     p.add_argument("--max-tokens", type=int, default=8)
@@ -293,7 +354,8 @@ def main() -> int:
                   hidden=args.hidden, layers=args.layers, chat_template=PLAIN_TEMPLATE)
     schemas = load_schemas(args.schemas)
     # strict: every backend constrains the arguments by their schema (vLLM leaves non-strict ones free).
-    tools = load_tools(str(DATA / "bfcl"), strict=True)
+    tools = load_tools(str(DATA / "bfcl"), strict=True) if args.tool_pool == "bfcl" else schema_tools(2 * args.pool)
+    print(f"tool pool {args.tool_pool}: {len(tools)} tools", flush=True)
     rows: list[dict] = []
     for backend in args.backends.split(","):
         print(f"[{backend}] starting vllm serve ...", flush=True)
