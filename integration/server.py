@@ -36,13 +36,13 @@ def vllm_command() -> list[str]:
 
 
 @contextlib.contextmanager
-def vllm_server(backend: str = "tagjit", *extra: str, model_dir: str | None = None, env: dict | None = None,
-                log_path: str | None = None, timeout_s: float = 300.0) -> Iterator[str]:
+def vllm_server(backend: str = "tagjit", *extra: str, model_dir: str | None = None, served_name: str = "tiny",
+                env: dict | None = None, log_path: str | None = None, timeout_s: float = 300.0) -> Iterator[str]:
     """Run ``vllm serve`` with a structured-output backend; yields the base URL (``http://127.0.0.1:PORT``)."""
     model = model_dir or build(MODEL_DIR)
     port = free_port()
     cmd = [*vllm_command(), "serve", model, "--host", "127.0.0.1", "--port", str(port),
-           "--served-model-name", "tiny", "--max-model-len", "4096", "--max-num-seqs", "16",
+           "--served-model-name", served_name, "--max-model-len", "4096", "--max-num-seqs", "16",
            "--dtype", "bfloat16", "--structured-outputs-config.backend", backend, *extra]
     inherited = {k: v for k, v in os.environ.items() if k not in HANDED_DOWN}
     full_env = {**inherited, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "INFO",
