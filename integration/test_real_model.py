@@ -14,8 +14,7 @@ import openai
 import pytest
 
 from demo import PERSON, TOOLS
-from real_model import chat_template, prepare
-from server import vllm_server
+from real_model import serve
 
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 WEATHER_QUESTION = [{"role": "user", "content": "What's the weather like in Tokyo?"}]
@@ -31,9 +30,7 @@ def parser(request) -> str:
 @pytest.fixture(scope="module")
 def client(parser: str):
     """An OpenAI client for ``vllm serve`` of SmolLM2 with tagjit and the given tool parser."""
-    with vllm_server("tagjit", "--enable-auto-tool-choice", "--tool-call-parser", parser,
-                     "--chat-template", chat_template(parser), "--enforce-eager",
-                     model_dir=prepare(), served_name="smollm2") as url:
+    with serve("tagjit", parser) as url:
         yield openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=300)
 
 
