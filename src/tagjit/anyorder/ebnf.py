@@ -8,7 +8,7 @@ from typing import Any
 
 import xgrammar as xgr
 
-from tagjit.build.ebnf import ebnf_string
+from tagjit.build.ebnf import ebnf_string, trie
 from tagjit.errors import UnsupportedFeatureError
 from tagjit.settings import Settings
 from tagjit.anyorder.plan import AnyOrderPlan, KEYWORD, KEYWORD_DEFAULT, key_spelling
@@ -150,20 +150,9 @@ def _class_char(c: str) -> str:
 
 def _other_key_rules(name: str, names: list[str], rest: str) -> list[str]:
     """Rules for a key body (after its opening quote) that spells none of the declared names."""
-    units_of = [_units(key_spelling(n)) for n in names]
-    trie: list[dict[str, int]] = [{}]
-    term = [False]
-    for units in units_of:
-        t = 0
-        for u in units:
-            if u not in trie[t]:
-                trie[t][u] = len(trie)
-                trie.append({})
-                term.append(False)
-            t = trie[t][u]
-        term[t] = True
+    nodes, term = trie(_units(key_spelling(n)) for n in names)
     rules = []
-    for t, kids in enumerate(trie):
+    for t, kids in enumerate(nodes):
         plain = "".join(_class_char(u) for u in kids if len(u) == 1)
         escs = {u[1] for u in kids if len(u) == 2}
         alts = [] if term[t] else ['"\\""']

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import xgrammar as xgr
 
@@ -73,3 +73,19 @@ def _class_char(code: int) -> str:
     if ch.isalnum() and code < 128:
         return ch
     return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def trie(words: Iterable[Sequence[str]]) -> tuple[list[dict[str, int]], list[bool]]:
+    """A trie of words over any units: each node's children by unit, and whether a word ends at the node."""
+    kids: list[dict[str, int]] = [{}]
+    end = [False]
+    for word in words:
+        t = 0
+        for unit in word:
+            if unit not in kids[t]:
+                kids[t][unit] = len(kids)
+                kids.append({})
+                end.append(False)
+            t = kids[t][unit]
+        end[t] = True
+    return kids, end
