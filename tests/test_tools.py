@@ -204,8 +204,8 @@ def test_arguments_are_an_object_even_when_unconstrained(svc):
 
 def test_unsupported_schema_feature_is_named():
     bad = {"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"x": {"type": "string", "not": {"const": "a"}}}}}}
-    with pytest.raises(UnsupportedFeatureError, match="'not'"):
+        "type": "object", "properties": {"x": {"type": "string", "not": {"pattern": "a"}}}}}}
+    with pytest.raises(UnsupportedFeatureError, match="'not: {pattern}'"):
         hermes([bad], "required")
 
 

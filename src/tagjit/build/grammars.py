@@ -11,7 +11,8 @@ import xgrammar as xgr
 from tagjit import schema as schema_mod
 from tagjit import anyorder as any_order
 from tagjit.build.ebnf import TAG_WHITESPACE_BOUND, Built, ebnf_string
-from tagjit.errors import CompileLimitError, ConstraintError
+from tagjit.build.splice import lift
+from tagjit.errors import CompileLimitError, ConstraintError, UnsupportedFeatureError
 from tagjit.settings import Settings
 from tagjit.constraint import Constraint, Kind, compact_json
 from tagjit.build.printed import fix_string_lengths
@@ -33,11 +34,17 @@ def json_schema_grammar(schema: dict | bool, settings: Settings) -> Built:
     """Grammar for a checked JSON schema with tagjit's whitespace bound."""
     schema = schema_mod.prepare_schema(schema)
     if any_order.wants_any_order(schema, settings.any_order_default):
-        built = any_order.build(schema, settings)
-        return Built(fix_string_lengths(built.grammar), built.filter_spec)
-    return Built(fix_string_lengths(xgr.Grammar.from_json_schema(
-        json.dumps(schema), strict_mode=settings.strict_mode, **whitespace_options(settings))))
+        lifted, own = lift(schema)
+        built = any_order.build(lifted, settings)
+        return Built(fix_string_lengths(own.splice(built.grammar)), built.filter_spec)
+    return Built(prepared_json_grammar(schema, settings))
 
+
+def prepared_json_grammar(schema: dict | bool, settings: Settings) -> xgr.Grammar:
+    """xgrammar's grammar of a prepared schema, with tagjit's own rules spliced in where xgrammar is not exact."""
+    lifted, own = lift(schema)
+    return fix_string_lengths(own.splice(xgr.Grammar.from_json_schema(
+        json.dumps(lifted), strict_mode=settings.strict_mode, **whitespace_options(settings))))
 
 
 def whitespace_options(settings: Settings) -> dict[str, Any]:
@@ -145,8 +152,15 @@ def _prepare_format(node: Any, s: Settings) -> Any:
             raise ConstraintError("structural_tag json_schema format needs a 'json_schema'")
         out["json_schema"] = schema_mod.prepared(compact_json(node["json_schema"]))
         bound = node.get("max_whitespace_cnt", s.max_whitespace if TAG_WHITESPACE_BOUND else None)
+        own = bool(lift(out["json_schema"])[1].rules)
+        if own and (node.get("style", "json") != "json" or set(node) - _JSON_CONTENT_KEYS):
+            raise UnsupportedFeatureError(f"multipleOf or not: {{enum}} in a structural tag's {node.get('style')!r} "
+                                          "content")
         if bound == 0:
             return _compact_json_content(out, s)
+        if own:
+            return {"type": "grammar", "grammar": str(prepared_json_grammar(out["json_schema"],
+                                                                             s.replace(max_whitespace=bound)))}
         if TAG_WHITESPACE_BOUND and bound is not None:
             out["max_whitespace_cnt"] = bound
     return out
@@ -155,12 +169,12 @@ def _prepare_format(node: Any, s: Settings) -> Any:
 def _compact_json_content(node: dict, s: Settings) -> dict:
     """A tag's JSON content without whitespace: xgrammar's tag format takes only a positive bound, so a JSON-style
     content becomes the compact JSON grammar of its schema; other styles get xgrammar's least bound, 1."""
-    if node.get("style", "json") != "json" or set(node) - {"type", "json_schema", "style", "max_whitespace_cnt"}:
+    if node.get("style", "json") != "json" or set(node) - _JSON_CONTENT_KEYS:
         return {**node, "max_whitespace_cnt": 1}
-    grammar = xgr.Grammar.from_json_schema(json.dumps(node["json_schema"]), strict_mode=s.strict_mode,
-                                           **whitespace_options(s.replace(max_whitespace=0)))
-    return {"type": "grammar", "grammar": str(grammar)}
+    return {"type": "grammar", "grammar": str(prepared_json_grammar(node["json_schema"], s.replace(max_whitespace=0)))}
 
+
+_JSON_CONTENT_KEYS = frozenset({"type", "json_schema", "style", "max_whitespace_cnt"})
 
 _BUILDERS = {
     Kind.JSON: _json,

@@ -14,6 +14,7 @@ from typing import Mapping
 import xgrammar as xgr
 
 from tagjit.build.ebnf import char_class, ebnf_string
+from tagjit.build.numbers import RULE_PREFIX as NUMBER_RULE_PREFIX
 from tagjit.errors import ConstraintError, UnsupportedFeatureError
 
 
@@ -38,6 +39,19 @@ def fix_string_lengths(grammar: xgr.Grammar) -> xgr.Grammar:
     if _XGR_LENGTH_CHAR not in text:
         return grammar
     return xgr.Grammar.from_ebnf(text.replace(_XGR_LENGTH_CHAR, _BOUNDED_CHAR), root_rule_name="root")
+
+
+def swap_const_literals(text: str, rules: Mapping[str, str]) -> tuple[str, list[str]]:
+    """Replace the literal xgrammar prints for each string const of ``rules`` by its rule; the consts it printed."""
+    printed = []
+    for value, rule in rules.items():
+        literal = ebnf_string(json.dumps(value))
+        if text.count(value) != text.count(literal):  # a const spelled any other way would keep its text
+            raise PrinterChanged(f"xgrammar no longer prints the string const {value!r} as one literal")
+        if literal in text:
+            text = text.replace(literal, rule)
+            printed.append(value)
+    return text, printed
 
 
 def split_root(text: str) -> tuple[list[str], list[str]]:
@@ -192,6 +206,8 @@ _RULE_RE = re.compile(r"^(\w+) ::= (.*)$", re.M)
 
 def bound_numbers(ebnf: str, max_digits: int, max_exponent_digits: int) -> str:
     """Bound every unbounded digit run of xgrammar's JSON grammar so float() of the text stays finite."""
+    if re.search(rf"^{NUMBER_RULE_PREFIX}\w* ::=", ebnf, re.M):  # a digit automaton's cycles have no run to bound
+        raise UnsupportedFeatureError("multipleOf where numbers must have a bounded count of digits")
     digit_rules = {m.group(1) for m in _RULE_RE.finditer(ebnf) if m.group(2) == "(([0-9]))"}
     out = []
     for line in ebnf.splitlines():

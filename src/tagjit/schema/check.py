@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import jsonschema
@@ -12,6 +13,8 @@ from tagjit.compile.cache import bounded_memo
 from tagjit.errors import CompileLimitError, ConstraintError, EmptySchemaError, UnsupportedFeatureError
 from tagjit.schema.metaschema import quick_valid
 from tagjit.settings import get_settings
+from tagjit.build.numbers import multiple_of_problem
+from tagjit.build.strings import exclusion_problem
 from tagjit.schema.formats import SUPPORTED_FORMATS
 from tagjit.schema.normalize import normalize_schema
 from tagjit.schema.keywords import path_text, subschemas
@@ -19,7 +22,7 @@ from tagjit.schema.productive import unproductive_refs
 
 
 # Keywords whose constraint xgrammar does not enforce (it would accept text the schema forbids).
-_UNSUPPORTED = ("not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
+_UNSUPPORTED = ("if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
                 "contains", "minContains", "maxContains", "$dynamicRef", "$recursiveRef",
                 "unevaluatedItems")
 
@@ -173,8 +176,10 @@ def _node_problem(node: dict) -> str | None:
     types = _types(node)
     if node.get("uniqueItems") is True:
         return "uniqueItems"
-    if "multipleOf" in node:  # normalize_schema removed the forms that mean "an integer"
-        return "multipleOf"
+    if "multipleOf" in node or "not" in node:
+        problem = _own_rule_problem(node, types)
+        if problem is not None:
+            return problem
     fmt = node.get("format")
     if isinstance(fmt, str) and fmt not in SUPPORTED_FORMATS and (not types or "string" in types):
         return f"format: {fmt}"
@@ -201,8 +206,34 @@ def _node_problem(node: dict) -> str | None:
     return None
 
 
+# Keywords that apply to every type: a node tagjit writes its own rule for (multipleOf, not) must have none of them.
+_ANY_TYPE = ("enum", "const", "$ref", "allOf", "anyOf", "oneOf", "not", "if", "then", "else")
+
+
+def _own_rule_problem(node: dict, types: set[str]) -> str | None:
+    """Why tagjit cannot write its own rule for a normalised multipleOf or ``not: {enum}`` node, or None."""
+    if "not" in node:
+        neg = node["not"]
+        if not (isinstance(neg, dict) and list(neg) == ["enum"] and isinstance(neg["enum"], list)
+                and all(isinstance(v, str) for v in neg["enum"]) and "type" in node):
+            return "not"  # normalize_schema rewrites every other shape it can enforce
+        beside = [k for k in ("minLength", "maxLength", "pattern", "format") if k in node]
+        if beside:
+            return f"not: {{enum}} together with {beside[0]}"
+        problem = exclusion_problem(neg["enum"])
+        if problem is not None:
+            return problem
+    beside = [k for k in _ANY_TYPE if k in node and k != "not"]
+    if beside:
+        return f"{'multipleOf' if 'multipleOf' in node else 'not'} together with {beside[0]}"
+    if "multipleOf" in node:
+        m = node["multipleOf"]
+        if not isinstance(m, (int, float)) or isinstance(m, bool) or not math.isfinite(m) or m <= 0:
+            return "multipleOf"
+        return multiple_of_problem(node, bool(types) and "number" not in types)
+    return None
+
+
 # A node with none of these keys has no problem _node_problem could report.
-_CHECKED = frozenset({*_UNSUPPORTED, "uniqueItems", "multipleOf", "format", "pattern", "$ref", "allOf",
-
-
+_CHECKED = frozenset({*_UNSUPPORTED, "not", "uniqueItems", "multipleOf", "format", "pattern", "$ref", "allOf",
                       "patternProperties", "propertyNames"})

@@ -9,9 +9,11 @@ from typing import Any, Iterator
 
 import jsonschema
 
+from tagjit.build.numbers import multiples
 from tagjit.errors import ConstraintError, EmptySchemaError, UnsupportedFeatureError
 from tagjit.schema.formats import apply_format
-from tagjit.schema.keywords import KEYS, LISTS, MAPS, PASSIVE, TYPE_KEYWORDS, VALUES, path_text, resolve, subschemas
+from tagjit.schema.keywords import (ANNOTATIONS, KEYS, LISTS, MAPS, PASSIVE, TYPE_KEYWORDS, VALUES, path_text, resolve,
+                                    subschemas)
 
 log = logging.getLogger("tagjit")
 
@@ -70,6 +72,11 @@ class _Normalizer:
                 raise EmptySchemaError(f"JSON schema at '{where}' accepts no value (its allOf branches conflict)")
             n = dict(merged) if isinstance(merged, dict) else {}  # a lone branch is the caller's own dict
         combinators = [k for k in ("anyOf", "oneOf") if isinstance(n.get(k), list)]
+        if "not" in n and not combinators:  # beside anyOf/oneOf it is merged into each branch first
+            if "$ref" in n:  # xgrammar reads no keyword beside a $ref, so the rewrite would be dropped
+                raise UnsupportedFeatureError("not together with $ref", where)
+            n = _negate(n, where)
+            combinators = [k for k in ("anyOf",) if isinstance(n.get(k), list)]
         if len(combinators) == 2:
             raise UnsupportedFeatureError("anyOf together with oneOf", where)
         if combinators:
@@ -79,7 +86,7 @@ class _Normalizer:
         if combinators and combinators[0] == "oneOf":
             n["oneOf"] = self._one_of(n["oneOf"], where)
         _infer_type(n)
-        _multiple_of_one(n)
+        _multiple_of(n, where)
         _anchor_pattern(n)
         self._required_properties(n, where)
         return _structured_values(self._filter_enum(n, where))
@@ -92,10 +99,24 @@ class _Normalizer:
                 n[key] = {name: self.node(child, f"{where}/{key}/{name}") for name, child in n[key].items()}
         for key in LISTS:
             if isinstance(n.get(key), list):
-                n[key] = [self.node(child, f"{where}/{key}/{i}") for i, child in enumerate(n[key])]
+                n[key] = self._branches(n[key], key, where) if key in ("anyOf", "oneOf") else \
+                    [self.node(child, f"{where}/{key}/{i}") for i, child in enumerate(n[key])]
         for key in VALUES:
             if isinstance(n.get(key), dict):
                 n[key] = self.node(n[key], f"{where}/{key}")
+
+    def _branches(self, branches: list, key: str, where: str) -> list:
+        """Normalised anyOf/oneOf branches; one that accepts no value is left out (it matches nothing, so this is
+        exact for oneOf too), and if all do, so does the node."""
+        out, first = [], None
+        for i, child in enumerate(branches):
+            try:
+                out.append(self.node(child, f"{where}/{key}/{i}"))
+            except EmptySchemaError as e:
+                first = first or e
+        if first is not None and not out:
+            raise EmptySchemaError(f"JSON schema at '{where}' accepts no value: no {key} branch accepts one ({first})")
+        return out
 
     def _properties(self, n: dict, where: str) -> dict:
         """The normalised properties; an optional one that accepts no value is left out, so that it is forbidden
@@ -117,6 +138,9 @@ class _Normalizer:
                 self.forbidden.append(at)
                 dropped = True
         if dropped and "additionalProperties" not in n:
+            for k in required:  # required names it let in as extra keys stay allowed
+                if isinstance(k, str) and k not in n["properties"]:
+                    out.setdefault(k, {})
             n["additionalProperties"] = False  # a left-out name must not come back as an extra key
         return out
 
@@ -223,11 +247,14 @@ class _Normalizer:
             if comb is not None:
                 if any(k in y for k in ("anyOf", "oneOf")):
                     raise UnsupportedFeatureError(f"{comb} combined with another anyOf/oneOf", where)
-                branches = [self.merge({k: v for k, v in x.items() if k != comb}, br, f"{where}/{comb}/{i}")
-                            for i, br in enumerate(x[comb])]
-                branches = [self.merge(br, y, where) for br in branches if br is not False]
+                # Definitions stay at the top, where the schema's $refs point.
+                defs = {k: v for k, v in (*x.items(), *y.items()) if k in ("$defs", "definitions")}
+                base = {k: v for k, v in x.items() if k != comb and k not in defs}
+                rest = {k: v for k, v in y.items() if k not in defs}
+                branches = [self.merge(base, br, f"{where}/{comb}/{i}") for i, br in enumerate(x[comb])]
+                branches = [self.merge(br, rest, where) for br in branches if br is not False]
                 branches = [br for br in branches if br is not False]
-                return {comb: branches} if branches else False
+                return {**defs, comb: branches} if branches else False
         out = dict(a)
         if _has_object_shape(a) or _has_object_shape(b):
             obj = self._merge_object(a, b, where)
@@ -369,14 +396,165 @@ def _infer_type(n: dict) -> None:
         n["type"] = types[0] if len(types) == 1 else types
 
 
-def _multiple_of_one(n: dict) -> None:
+def _multiple_of(n: dict, where: str) -> None:
+    """Drop a multipleOf that constrains nothing (no number allowed, or every integer a multiple) and refuse an empty
+    range; tagjit writes the rest as a digit automaton (build.numbers)."""
     m = n.get("multipleOf")
-    if not _number(m) or m != 1:
+    if not _number(m) or m <= 0:
         return
     types = _type_list(n.get("type"))
-    if types in (["integer"], ["number"]):
-        n["type"] = "integer"  # 2.0 is also a multiple of 1; integers are the stricter form
+    if types and "integer" not in types and "number" not in types:
         del n["multipleOf"]
+        return
+    if m == 1 and "number" in types:  # 2.0 is also a multiple of 1; integers are the stricter form
+        n["type"] = [("integer" if t == "number" else t) for t in types if t != "integer" or "number" not in types]
+        if len(n["type"]) == 1:
+            n["type"] = n["type"][0]
+        types = _type_list(n["type"])
+    found = multiples(n, bool(types) and "number" not in types)
+    if found.c == 1 and found.d == 0:
+        del n["multipleOf"]
+    elif found.empty() and types in (["integer"], ["number"]):
+        raise EmptySchemaError(f"JSON schema at '{where}' accepts no value: no multiple of {m} lies within its bounds")
+
+
+_ALL_TYPES = ["null", "boolean", "object", "array", "number", "string"]
+
+
+def _negate(n: dict, where: str) -> dict:
+    """A node's ``not`` rewritten as keywords tagjit enforces: the types or values it excludes, or the required names
+    of which one must be absent; ``not: {enum}`` of strings stays for tagjit's own string rule. Refuses other shapes."""
+    neg = n.pop("not")
+    core = {k: v for k, v in neg.items() if k not in ANNOTATIONS} if isinstance(neg, dict) else neg
+    if core is False:
+        return n
+    if core is True or core == {}:
+        raise EmptySchemaError(f"JSON schema at '{where}' accepts no value: its 'not' schema accepts every value")
+    if not isinstance(core, dict):
+        raise ConstraintError(f"invalid JSON schema at '{where}/not': a schema must be an object or a boolean")
+    keys = set(core)
+    if keys == {"type"}:
+        return _without_types(n, set(_type_list(core["type"])), where)
+    if keys & {"enum", "const"} and keys <= {"enum", "const", "type"} and isinstance(core.get("enum", []), list):
+        values = [core["const"]] if "const" in core else list(core["enum"])
+        if "const" in core and "enum" in core:
+            values = [v for v in values if any(_json_equal(v, e) for e in core["enum"])]
+        if "type" in core:  # not (T and v): values of other types pass
+            inner = set(_type_list(core["type"]))
+            values = [v for v in values if _json_type(v) in inner or (_json_type(v) == "integer" and "number" in inner)]
+        return _without_values(n, values, where)
+    if keys == {"anyOf"} and isinstance(core["anyOf"], list):  # not (A or B) = not A and not B
+        for i, branch in enumerate(core["anyOf"]):
+            if "anyOf" in n:
+                raise UnsupportedFeatureError("not: {anyOf} whose branches split the schema", where)
+            n = _negate({**n, "not": branch}, f"{where}/not/anyOf/{i}")
+        return n
+    if keys <= {"required", "type"} and isinstance(core.get("required"), list) and core.get("type", "object") == "object":
+        return _without_all_of(n, [k for k in core["required"] if isinstance(k, str)], "type" in core, where)
+    raise UnsupportedFeatureError("not: {" + ", ".join(core) + "}", where)
+
+
+def _types_of(n: dict) -> list[str]:
+    types = _type_list(n.get("type"))
+    return list(types) if types else list(_ALL_TYPES)
+
+
+def _set_types(n: dict, types: list[str], where: str) -> dict:
+    if not types:
+        raise EmptySchemaError(f"JSON schema at '{where}' accepts no value: its 'not' excludes every type it allows")
+    n["type"] = types[0] if len(types) == 1 else types
+    return n
+
+
+def _without_types(n: dict, excluded: set[str], where: str) -> dict:
+    types = _types_of(n)
+    if "number" in excluded:
+        excluded.add("integer")
+    elif "integer" in excluded and "number" in types:
+        raise UnsupportedFeatureError("not: {type: integer} where numbers are allowed (non-integers only)", where)
+    return _set_types(n, [t for t in types if t not in excluded], where)
+
+
+def _without_values(n: dict, values: list, where: str) -> dict:
+    """The node without the given JSON values."""
+    if "const" in n or isinstance(n.get("enum"), list):
+        mine = [n.pop("const")] if "const" in n else n.pop("enum")
+        n["enum"] = [v for v in mine if not any(_json_equal(v, x) for x in values)]
+        if not n["enum"]:
+            raise EmptySchemaError(f"JSON schema at '{where}' accepts no value: its 'not' excludes every enum value")
+        return n
+    types = _types_of(n)
+    kinds = {_json_type(v) for v in values}
+    if "null" in kinds:
+        types = [t for t in types if t != "null"]
+    if "boolean" in kinds:
+        if {True, False} <= {v for v in values if isinstance(v, bool)}:
+            types = [t for t in types if t != "boolean"]
+        elif "boolean" in types:
+            raise UnsupportedFeatureError("not: {enum} with one boolean where booleans are allowed", where)
+    for kind, allowed in (("integer", ("integer", "number")), ("number", ("number",)), ("object", ("object",)),
+                          ("array", ("array",))):
+        if kind in kinds and set(types) & set(allowed):
+            what = "number" if kind == "integer" else kind
+            raise UnsupportedFeatureError(f"not: {{enum}} with a value of type {what} where {what}s are allowed", where)
+    strings = list(dict.fromkeys(v for v in values if isinstance(v, str)))
+    n = _set_types(n, types, where)
+    if strings and "string" in types:
+        n["not"] = {"enum": strings}
+    return n
+
+
+def _without_all_of(n: dict, names: list[str], typed: bool, where: str) -> dict:
+    """``not: {required: names}``: objects lack at least one of the names; other values pass only if ``typed``
+    (``not: {type: object, required: ...}``), since ``required`` holds for every non-object."""
+    types = _types_of(n)
+    others = [t for t in types if t != "object"] if typed else []
+    branches: list[dict] = []
+    if "object" in types:
+        required = n.get("required") if isinstance(n.get("required"), list) else []
+        for name in dict.fromkeys(names):
+            if name not in required:
+                branches.append(_forbid(n, name, where))
+    if others:
+        branches.append(_set_types({k: v for k, v in n.items() if k not in ("properties", "required",
+                                    "additionalProperties", "patternProperties", "propertyNames")}, others, where))
+    if not branches:
+        raise EmptySchemaError(f"JSON schema at '{where}' accepts no value: its 'not' requires a name absent that it "
+                               "requires present")
+    if len(branches) == 1:
+        return branches[0]
+    keep = {k: v for k, v in n.items() if k in PASSIVE}
+    return {**keep, "anyOf": [{k: v for k, v in b.items() if k not in PASSIVE} for b in branches]}
+
+
+def _forbid(n: dict, name: str, where: str) -> dict:
+    """The object part of a node, with property ``name`` forbidden."""
+    if "patternProperties" in n or "propertyNames" in n or n.get("additionalProperties", False) is not False:
+        raise UnsupportedFeatureError("not: {required} where other keywords admit the name (additionalProperties, "
+                                      "patternProperties or propertyNames)", where)
+    out = dict(n)
+    out["type"] = "object"
+    props = dict(out.get("properties") or {})
+    if "additionalProperties" not in n:  # required names it would have let in as extra keys stay allowed
+        for k in out.get("required") or ():
+            props.setdefault(k, {})
+    props.pop(name, None)
+    out["properties"] = props
+    out["additionalProperties"] = False  # a left-out name must not come back as an extra key
+    return out
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    """JSON Schema equality: 1 equals 1.0, true equals no number, objects compare by keys."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+    if _number(a) and _number(b):
+        return a == b
+    return type(a) is type(b) and a == b
 
 
 def _anchor_pattern(n: dict) -> None:
