@@ -157,7 +157,7 @@ def test_a_trusted_constraint_is_not_rebuilt_by_validation(monkeypatch):
     def refuse(*_args, **_kwargs):
         raise ConstraintError("built again")
 
-    monkeypatch.setattr(validation, "build_grammar", refuse)
+    monkeypatch.setattr(validation, "build_with_relaxations", refuse)
     compiler.validate(trusted)
     with pytest.raises(ConstraintError, match="built again"):
         compiler.validate(other)
@@ -173,7 +173,7 @@ def test_the_service_and_the_api_server_share_one_validation(service, monkeypatc
     def refuse(*_args, **_kwargs):
         raise ConstraintError("validated twice")
 
-    monkeypatch.setattr(validation, "build_grammar", refuse)
+    monkeypatch.setattr(validation, "build_with_relaxations", refuse)
     service.validate(c)  # the engine's check (SGLang) finds it done
 
 

@@ -202,11 +202,11 @@ def test_arguments_are_an_object_even_when_unconstrained(svc):
     assert not accepts(svc, tag, '<tool_call>{"name": "ping", "arguments": 3}</tool_call>')
 
 
-def test_unsupported_schema_feature_is_named():
+def test_a_server_set_to_refuse_unenforceable_tools_names_the_tool_and_feature():
     bad = {"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"x": {"type": "string", "not": {"pattern": "a"}}}}}}
-    with pytest.raises(UnsupportedFeatureError, match="'not: {pattern}'"):
-        hermes([bad], "required")
+    with pytest.raises(UnsupportedFeatureError, match="tool 'f'.*'not: {pattern}'"):
+        hermes([bad], "required", settings=Settings(unenforceable_tools="refuse"))
 
 
 def test_whitespace_in_arguments_is_bounded(svc):

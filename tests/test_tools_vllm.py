@@ -89,10 +89,15 @@ def test_required_and_named_outputs_are_read_in_native_syntax(tagjit_backend, to
     assert cls.tool_parser_cls.supports_required_and_named is False
 
 
-def test_an_unenforceable_tool_schema_is_a_validation_error(tagjit_backend, tokenizer):
+def test_an_unenforceable_tool_schema_is_a_validation_error_when_the_server_refuses_them(tagjit_backend, tokenizer,
+                                                                                          monkeypatch):
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
     from vllm.exceptions import VLLMValidationError
     from vllm.parser.parser_manager import ParserManager
+
+    from tagjit import settings
+
+    monkeypatch.setattr(settings, "_current", settings.Settings(unenforceable_tools="refuse"))
 
     bad = [{"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"x": {"type": "string", "not": {"pattern": "a"}}}}}}]

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tagjit import Constraint, ConstraintError, Settings
+from tagjit import report
 from tagjit.tools import xml_args
 from tagjit.tools import build_tool_tag
 from tagjit.tools import load_format, parse_format
@@ -142,7 +143,25 @@ def test_a_parameter_the_parser_would_coerce_wrongly_is_refused_with_the_reason(
     tool = {"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"p": prop}, "$defs": {"point": {"type": "object"}}}}}
     with pytest.raises(ConstraintError, match="parameter 'p'"):
+        build_tool_tag("qwen3_coder", [tool], "required", settings=Settings(unenforceable_tools="refuse"))
+
+
+def test_a_parameter_the_parser_would_coerce_wrongly_is_relaxed_and_reported_by_default():
+    tool = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"p": {"$ref": "#/$defs/point"}, "q": {"type": "integer"}},
+        "$defs": {"point": {"type": "object"}}}}}
+    with report.collecting() as relaxed:
         build_tool_tag("qwen3_coder", [tool], "required", settings=Settings())
+    assert relaxed == ["tool 'f': type-only at #/properties/p"]
+
+
+def test_a_tool_whose_only_values_the_parser_cannot_return_is_left_out_for_the_others():
+    bad = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"p": {"const": 5}}, "required": ["p"]}}}
+    good = {"type": "function", "function": {"name": "g", "parameters": {"type": "object", "properties": {}}}}
+    with report.collecting() as relaxed:
+        build_tool_tag("qwen3_coder", [bad, good], "required", settings=Settings())
+    assert relaxed == ["tool 'f': uncallable at #"]
 
 
 def test_deepseek_refuses_a_nested_value_its_recursive_coercion_would_change():
@@ -151,7 +170,7 @@ def test_deepseek_refuses_a_nested_value_its_recursive_coercion_would_change():
         "type": "object", "properties": {"o": {"type": "object", "properties": {"n": {"$ref": "#/$defs/n"}}}},
         "$defs": {"n": {"type": "integer"}}}}}
     with pytest.raises(ConstraintError, match="parameter 'o'.*nested value .n"):
-        build_tool_tag("deepseek_v4", [tool], "required", settings=Settings())
+        build_tool_tag("deepseek_v4", [tool], "required", settings=Settings(unenforceable_tools="refuse"))
     assert build_tool_tag("qwen3_coder", [tool], "required", settings=Settings()) is not None
 
 

@@ -47,6 +47,12 @@ Tool calls
         The structural tag of a request's tools in the format of the engine's tool parser (``None``: tagjit
         does not constrain that request; the engine's own behaviour applies).
 
+Relaxations
+    ``collecting_relaxations()``, ``RELAXED_HEADER``, ``relaxed_header_value(items)``
+        Wrap one request's handling in ``collecting_relaxations()``: the list it yields holds each relaxation a
+        tool or an opted-in schema of that request took; a non-empty list is named to the user in the
+        ``RELAXED_HEADER`` response header (``relaxed_header_value``). The log and ``/metrics`` need no adapter.
+
 Metrics
     ``metrics`` (Prometheus), ``SnapshotWriter`` (an engine process's snapshots), ``MergedCollector`` (an API
     server's view of them).
@@ -61,6 +67,7 @@ Duties of an adapter
 from __future__ import annotations
 
 from tagjit import metrics
+from tagjit.report import HEADER as RELAXED_HEADER, collecting as collecting_relaxations, header_value as relaxed_header_value
 from tagjit.metrics import MergedCollector, SnapshotWriter
 from tagjit.anyorder import with_any_order
 from tagjit.compile.jit import JitPolicy
@@ -80,4 +87,5 @@ __all__ = [
     "allocate_token_bitmask", "apply_token_bitmask_inplace", "apply_token_bitmask_rows_inplace", "prepare_kernels",
     "ConstraintError", "UnsupportedFeatureError", "CompileLimitError", "format_for_parser", "variant_for_vocab",
     "load_format", "build_tool_tag", "build_tool_tag_json", "with_any_order", "parse_schema", "metrics", "SnapshotWriter", "MergedCollector",
+    "collecting_relaxations", "RELAXED_HEADER", "relaxed_header_value",
 ]

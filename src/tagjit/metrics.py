@@ -46,6 +46,9 @@ JIT_WAIT_MS = Histogram("tagjit_jit_wait_milliseconds", "Time the first token ma
 MASK_FILL_US = Histogram("tagjit_mask_fill_microseconds", "Token mask fill time per row", buckets=_US_BUCKETS,
                          registry=REGISTRY)
 ERRORS = Counter("tagjit_constraint_errors", "Constraints refused", ["kind"], registry=REGISTRY)
+RELAXATIONS = Counter("tagjit_relaxations",
+                      "Constraints served by a named relaxation (looser than their schema), by relaxation and by "
+                      "what was relaxed (tool, schema)", ["relaxation", "subject"], registry=REGISTRY)
 LINT = Counter("tagjit_lint_findings", "Schema lint findings", ["rule"], registry=REGISTRY)
 WARMUP_MS = Histogram("tagjit_warmup_milliseconds",
                       "Once-per-process work done while the engine starts, before it takes requests, by step",

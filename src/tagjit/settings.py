@@ -13,6 +13,7 @@ from typing import Any, Literal, Mapping
 ToolScope = Literal["auto", "always"]
 SchemaMode = Literal["default", "auto", "strict"]
 JitMode = Literal["auto", "always", "never"]
+ToolRelax = Literal["relax", "refuse"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,14 @@ class Settings:
     """When tool calls are constrained under tool_choice=auto: auto (strict tools or no parallel calls), always."""
     tool_schema_mode: SchemaMode = "default"
     """Tool argument schemas: default (all unless strict: false), auto (only strict: true), strict (all)."""
+    unenforceable_tools: ToolRelax = "relax"
+    """A tool whose schema tagjit cannot enforce exactly: relax (its arguments follow the nearest looser schema
+    tagjit can enforce, reported in the log, on /metrics and in an ``x-tagjit-relaxed`` response header) or refuse
+    (HTTP 400 naming the tool and the feature)."""
+    relax: str = ""
+    """Relaxations a ``response_format`` (or any non-tool) schema may take where tagjit cannot enforce it exactly:
+    a comma list of names (``oneOf``: overlapping oneOf as anyOf, ``uniqueItems``, ``not``, ...; ``all``), reported
+    like a tool's. Empty refuses such a schema by name; a request opts in with ``"x-tagjit-relax": [names]``."""
     composite_swap: bool = True
     """A tool-call tag compiled per tool also compiles whole on a background thread; each request switches to
     the whole grammar's matcher once it is ready, so the rest of its output gets xgrammar's mask speed."""
@@ -171,16 +180,32 @@ def _check(name: str, type_name: Any, value: Any) -> None:
         ok = False
     if ok and field == "compile_cpus" and not _CPU_LIST.fullmatch(value):
         raise ValueError(f"{label}={value!r}: expected a Linux CPU list such as 2-7,10")
+    if ok and field == "relax":
+        unknown = [n for n in relax_names(value) if n not in RELAXATIONS and n != "all"]
+        if unknown:
+            raise ValueError(f"{label}={value!r}: unknown relaxation {unknown[0]!r}; known: all, "
+                             + ", ".join(RELAXATIONS))
     if not ok:
         raise ValueError(f"{label}={value!r}: expected {_expected(type_name)}"
                          + (", at least 0" if field in _NON_NEGATIVE else ""))
+
+
+# The relaxations a server may allow (``schema.relax`` defines each step; a test keeps the two lists equal).
+RELAXATIONS = ("oneOf", "not", "multipleOf", "uniqueItems", "if", "dependencies", "contains", "unevaluatedItems",
+               "length", "format", "allOf", "patternProperties", "propertyNames", "$ref", "type-only")
+
+
+def relax_names(text: str) -> list[str]:
+    """The relaxation names of a comma list."""
+    return [n.strip() for n in text.split(",") if n.strip()]
 
 
 _CPU_LIST = re.compile(r"\s*\d+(-\d+)?(\s*,\s*\d+(-\d+)?)*\s*")
 
 
 _CHOICES: dict[str, tuple[str, ...]] = {"ToolScope": ("auto", "always"), "SchemaMode": ("default", "auto", "strict"),
-                                        "JitMode": ("auto", "always", "never")}
+                                        "JitMode": ("auto", "always", "never"),
+                                        "ToolRelax": ("relax", "refuse")}
 
 
 def _expected(type_name: Any) -> str:

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+from contextlib import contextmanager
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Iterator
 
 import scheduler_side as S
 
@@ -66,32 +68,39 @@ def chat_request(tools: list[dict], tool_choice: Any = "auto", **fields: Any):
                                  tools=tools, tool_choice=tool_choice, **fields)
 
 
-def sampling_constraint(tool_call_parser: str, tools: list[dict], tool_choice: Any = "auto",
-                        grammar_backend: str = "tagjit", env: dict[str, str] | None = None,
-                        server: dict[str, Any] | None = None, **fields: Any) -> dict:
-    """The constraint fields of the sampling params SGLang builds for the request (JSON decoded); ``env``: the
-    TAGJIT_* variables of a server started with them (tagjit reads its settings once per process)."""
-    import os
-
+@contextmanager
+def server_env(env: dict[str, str] | None) -> Iterator[None]:
+    """tagjit's settings as in a server started with these TAGJIT_* variables, for the block."""
     from tagjit.settings import Settings, get_settings, set_settings
 
     previous = get_settings()
     if env:
         set_settings(Settings.from_env({**os.environ, **env}))
     try:
-        handler = serving(tool_call_parser, grammar_backend, **(server or {}))
-        adapted, _ = handler._convert_to_internal_request(chat_request(tools, tool_choice, **fields))
+        yield
     finally:
         set_settings(previous)
+
+
+def sampling_constraint(tool_call_parser: str, tools: list[dict], tool_choice: Any = "auto",
+                        grammar_backend: str = "tagjit", env: dict[str, str] | None = None,
+                        server: dict[str, Any] | None = None, **fields: Any) -> dict:
+    """The constraint fields of the sampling params SGLang builds for the request (JSON decoded); ``env``: the
+    TAGJIT_* variables of a server started with them (tagjit reads its settings once per process)."""
+    with server_env(env):
+        handler = serving(tool_call_parser, grammar_backend, **(server or {}))
+        adapted, _ = handler._convert_to_internal_request(chat_request(tools, tool_choice, **fields))
     params = adapted.sampling_params
     return {k: json.loads(params[k]) if k in ("structural_tag", "json_schema") else params[k]
             for k in ("structural_tag", "json_schema", "ebnf", "regex") if params.get(k) is not None}
 
 
-def http_error(tool_call_parser: str, tools: list[dict], tool_choice: Any = "auto") -> dict:
+def http_error(tool_call_parser: str, tools: list[dict], tool_choice: Any = "auto",
+               env: dict[str, str] | None = None) -> dict:
     """What SGLang's handle_request answers for a request whose conversion fails: status and message."""
-    handler = serving(tool_call_parser)
-    response = asyncio.run(handler.handle_request(chat_request(tools, tool_choice), None))
+    with server_env(env):
+        handler = serving(tool_call_parser)
+        response = asyncio.run(handler.handle_request(chat_request(tools, tool_choice), None))
     body = json.loads(response.body)
     return {"status": response.status_code, "message": body.get("message"), "type": body.get("type")}
 

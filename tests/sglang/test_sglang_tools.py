@@ -129,11 +129,18 @@ def test_tagjit_sglang_tools_0_keeps_sglangs_tag(api, tools):
     assert got == {"structural_tag": api("sglang_own_constraint", "qwen25", tools, "required")[1]}
 
 
-def test_an_unenforceable_tool_schema_is_http_400_naming_it(api, tools):
-    params = {"type": "object", "properties": {"ids": {"type": "array", "items": {"type": "integer"},
-                                                       "uniqueItems": True}}}
-    bad = {"type": "function", "function": {"name": "dedupe", "parameters": params}}
-    got = api("http_error", "qwen25", [*tools[:1], bad], "required")
+DEDUPE = {"type": "function", "function": {"name": "dedupe", "parameters": {
+    "type": "object", "properties": {"ids": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}}}}}
+
+
+def test_a_tool_tagjit_cannot_enforce_exactly_is_served_by_its_relaxation(api, tools):
+    got = api("sampling_constraint", "qwen25", [*tools[:1], DEDUPE], "required")
+    tag = json.dumps(got["structural_tag"])
+    assert "dedupe" in tag and "uniqueItems" not in tag
+
+
+def test_a_server_that_refuses_unenforceable_tools_answers_http_400_naming_it(api, tools):
+    got = api("http_error", "qwen25", [*tools[:1], DEDUPE], "required", env={"TAGJIT_UNENFORCEABLE_TOOLS": "refuse"})
     assert got["status"] == 400 and got["type"] == "BadRequest"
     assert "dedupe" in got["message"] and "uniqueItems" in got["message"]
 

@@ -13,15 +13,23 @@ from tagjit import anyorder as any_order
 from tagjit.build.ebnf import TAG_WHITESPACE_BOUND, Built, ebnf_string
 from tagjit.build.splice import lift
 from tagjit.errors import CompileLimitError, ConstraintError, UnsupportedFeatureError
-from tagjit.settings import Settings
+from tagjit.schema.relax import NAMES, Relaxation, allowed_by, family, relax
+from tagjit.settings import Settings, relax_names
 from tagjit.constraint import Constraint, Kind, compact_json
 from tagjit.build.printed import fix_string_lengths
 
 def build_grammar(constraint: Constraint, settings: Settings) -> Built:
     """Build the xgrammar Grammar for a constraint, raising ConstraintError with the reason."""
+    return build_with_relaxations(constraint, settings)[0]
+
+
+def build_with_relaxations(constraint: Constraint, settings: Settings) -> tuple[Built, tuple[Relaxation, ...]]:
+    """``build_grammar``, and the relaxations a JSON schema took where the server or the request allowed them."""
     try:
+        if constraint.kind is Kind.JSON:
+            return _json(constraint, settings)
         built = _BUILDERS[constraint.kind](constraint, settings)
-        return built if isinstance(built, Built) else Built(built)
+        return (built if isinstance(built, Built) else Built(built)), ()
     except ConstraintError:
         raise
     except RecursionError:
@@ -54,8 +62,35 @@ def whitespace_options(settings: Settings) -> dict[str, Any]:
     return {"any_whitespace": True, "max_whitespace_cnt": settings.max_whitespace}
 
 
-def _json(c: Constraint, s: Settings) -> Built:
-    return json_schema_grammar(schema_mod.parse_schema(c.source), s)
+# A schema's own opt-in to relaxations: a list of names (see ``schema.relax.NAMES``), "all" or true.
+RELAX_KEYWORD = "x-tagjit-relax"
+
+
+def _json(c: Constraint, s: Settings) -> tuple[Built, tuple[Relaxation, ...]]:
+    schema = schema_mod.parse_schema(c.source)
+    names = relax_names(s.relax) + _requested_relaxations(schema)
+    try:
+        if not names:
+            return json_schema_grammar(schema, s), ()
+        built, _, steps = relax(schema, lambda x: json_schema_grammar(x, s), allowed_by(names))
+        return built, steps
+    except UnsupportedFeatureError as e:
+        name = family(e.feature)
+        e.args = (f"{e}; it can be enforced loosely as the relaxation {name!r}: TAGJIT_RELAX={name} on the server "
+                  f"or \"{RELAX_KEYWORD}\": [\"{name}\"] in the schema",)
+        raise
+
+
+def _requested_relaxations(schema: Any) -> list[str]:
+    if not isinstance(schema, dict) or RELAX_KEYWORD not in schema:
+        return []
+    value = schema[RELAX_KEYWORD]
+    names = (["all"] if value is True else [] if value is False else [value] if isinstance(value, str)
+             else value if isinstance(value, list) else None)
+    if names is None or any(n not in (*NAMES, "all") for n in names):
+        raise ConstraintError(f"{RELAX_KEYWORD} must be true, \"all\" or a list of relaxation names ("
+                              + ", ".join(NAMES) + f"), not {json.dumps(value)}")
+    return list(names)
 
 
 def _json_object(c: Constraint, s: Settings) -> xgr.Grammar:
@@ -177,7 +212,6 @@ def _compact_json_content(node: dict, s: Settings) -> dict:
 _JSON_CONTENT_KEYS = frozenset({"type", "json_schema", "style", "max_whitespace_cnt"})
 
 _BUILDERS = {
-    Kind.JSON: _json,
     Kind.JSON_OBJECT: _json_object,
     Kind.REGEX: _regex,
     Kind.CHOICE: _choice,

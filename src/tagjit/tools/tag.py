@@ -10,7 +10,9 @@ from typing import Any, Literal, Mapping, Sequence
 from tagjit import schema as schema_mod
 from tagjit.tools import xml_args
 from tagjit.compile.cache import bounded_memo
-from tagjit.errors import ConstraintError, EmptySchemaError
+from tagjit.errors import ConstraintError, EmptySchemaError, UnsupportedFeatureError
+from tagjit import report
+from tagjit.schema.relax import Relaxation, relax
 from tagjit.build.ebnf import TAG_WHITESPACE_BOUND
 from tagjit.settings import Settings, get_settings
 from tagjit.constraint import compact_json
@@ -21,6 +23,8 @@ log = logging.getLogger("tagjit")
 # logged once; bounded so that a stream of distinct bad tools cannot grow it.
 _UNCALLABLE: dict[tuple[str, str, str, Settings], str] = {}
 _UNCALLABLE_MAX = 4096
+# Tools served by a relaxation: the same key -> (their call tags' JSON text, the steps). Bounded the same way.
+_RELAXED: dict[tuple[str, str, str, Settings], tuple[str, tuple[Relaxation, ...]]] = {}
 
 
 # -- the request's tools -------------------------------------------------------------------------
@@ -140,6 +144,33 @@ def _call_tags_json(fmt: ToolFormat, name: str, schema_json: str, settings: Sett
                 {"type": "regex", "pattern": r"\d+"}, *([{"type": "const_string", "value": tail}] if tail else []), args]}
         tags.append({"type": "tag", "begin": begin, "content": content, "end": _end(c.end)})
     return compact_json(tags)
+
+
+def _tool_tags_json(fmt: ToolFormat, name: str, schema_json: str, settings: Settings,
+                    schema: dict | bool | None) -> str:
+    """One tool's call tags; a schema tagjit cannot enforce exactly takes the nearest relaxation (reported) unless
+    the settings refuse it."""
+    key = (fmt.name, name, schema_json, settings)
+    hit = _RELAXED.get(key)
+    if hit is None:
+        try:
+            return _call_tags_json(fmt, name, schema_json, settings, schema)
+        except UnsupportedFeatureError:
+            if settings.unenforceable_tools == "refuse" or schema is None:
+                raise
+
+        def attempt(s: Any) -> str:
+            loose = None if s == {} else s  # a schema loosened to nothing: any arguments object
+            return _call_tags_json(fmt, name, compact_json(loose), settings, loose)
+
+        text, _, steps = relax(schema, attempt)
+        hit = (text, steps)
+        if len(_RELAXED) < _UNCALLABLE_MAX:
+            _RELAXED[key] = hit
+        log.warning("tagjit: tool %r: %s; its arguments follow the nearest looser schema tagjit can enforce "
+                    "(TAGJIT_UNENFORCEABLE_TOOLS=refuse refuses such a tool)", name, "; ".join(map(str, steps)))
+    report.record(f"tool {name!r}", "tool", hit[1])
+    return hit[0]
 
 
 def _end(end: str | tuple[str, ...]) -> str | list[str]:
@@ -289,7 +320,7 @@ def build_tool_tag_json(fmt: ToolFormat | str, tools: Sequence[Mapping[str, Any]
             why = _UNCALLABLE.get((fmt.name, t.name, schema_json, settings))
             if why is None:
                 try:
-                    parts.append(_call_tags_json(fmt, t.name, schema_json, settings, schema)[1:-1])  # its items
+                    parts.append(_tool_tags_json(fmt, t.name, schema_json, settings, schema)[1:-1])  # its items
                     continue
                 except EmptySchemaError as e:  # no call of it can be valid: the other tools still can be called
                     why = f"tool {t.name!r}: {e}"
@@ -300,6 +331,7 @@ def build_tool_tag_json(fmt: ToolFormat | str, tools: Sequence[Mapping[str, Any]
                     e.args = (f"tool {t.name!r}: {e}",)
                     raise
             uncallable.append(why)
+            report.record(f"tool {t.name!r}", "tool", [Relaxation("uncallable", "#", why)])
         if not parts:
             raise EmptySchemaError("; ".join(uncallable) + " (no tool can be called)")
         tags = [_CALLS]

@@ -32,7 +32,7 @@ import xgrammar as xgr
 
 from tagjit.compile.cache import bounded_memo
 from tagjit.constraint import compact_json
-from tagjit.errors import ConstraintError, UnsupportedFeatureError
+from tagjit.errors import ConstraintError, EmptySchemaError, UnsupportedFeatureError
 from tagjit.build.ebnf import char_class, ebnf_string
 from tagjit.build.grammars import json_schema_grammar
 from tagjit.settings import Settings, get_settings
@@ -297,7 +297,7 @@ def _raw_string(schema: dict, where: str, st: XmlStyle, settings: Settings) -> d
         values = [schema["const"]] if "const" in schema else list(schema["enum"])
         strings = [v for v in values if isinstance(v, str) and _string_ok(v, schema)]
         if not strings:
-            raise ConstraintError(f"{where}: no string value is allowed, but the {st.name} parser returns text")
+            raise EmptySchemaError(f"{where}: no string value is allowed, but the {st.name} parser returns text")
         for v in strings:
             if not avoid.accepts(v):
                 raise ConstraintError(f"{where}: value {v!r} contains markup the {st.name} parser cuts at")
