@@ -12,6 +12,7 @@ from .engine_core import (LIVE_ATTR, patch_batch_fill, patch_grammar_init, patch
                           patch_scheduler_requests)
 from .requests import (ANY_ORDER_ARG, apply_request_options, patch_structural_tag_validation, patch_validation,
                        request_constraint, validate_request)
+from .server import RelaxationHeader, patch_response_headers
 from .state import (ACTIVE_ENV, COMPACT_ENV, NAME, _state, active, on_undo, replace_attr, select, server_settings,
                     transaction, when_selected)
 
@@ -19,7 +20,7 @@ __all__ = ["NAME", "ACTIVE_ENV", "COMPACT_ENV", "active", "select", "server_sett
            "on_undo", "install", "patch_config", "patch_validation", "patch_structural_tag_validation",
            "patch_grammar_init", "patch_batch_fill", "patch_manager_latch", "patch_masked_reasoning_ends", "patch_scheduler_requests",
            "validate_request", "apply_request_options", "request_constraint", "ANY_ORDER_ARG", "LIVE_ATTR", "_state",
-           "when_selected"]
+           "when_selected", "patch_response_headers", "RelaxationHeader"]
 
 
 def install() -> None:
@@ -33,3 +34,4 @@ def install() -> None:
         patch_manager_latch()
         patch_masked_reasoning_ends()
         patch_scheduler_requests()
+        patch_response_headers()
