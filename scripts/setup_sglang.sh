@@ -25,7 +25,7 @@ pip install --no-deps "sglang==0.5.23"
 
 # tagjit (editable, registers the sglang.srt.plugins entry point) and the test tools.
 pip install --no-deps -e "$ROOT"
-pip install -c "$constraints" jsonschema prometheus_client numpy pytest hypothesis
+pip install -c "$constraints" jsonschema prometheus_client numpy "interegular>=0.3.3" pytest hypothesis
 
 "$VENV/bin/python" - <<'EOF'
 import importlib.metadata as md

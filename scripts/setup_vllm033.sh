@@ -29,7 +29,7 @@ pip install --no-deps "vllm==0.33.0"
 # tagjit (editable, registers the vllm.general_plugins entry point; its own dependencies by name, as --no-deps
 # skips them) and what tests/vllm_classes needs beyond that.
 pip install --no-deps -e "$ROOT"
-pip install -c "$constraints" "jsonschema>=4.18" "numpy>=1.24" "prometheus_client>=0.17" "pytest>=8"
+pip install -c "$constraints" "jsonschema>=4.18" "numpy>=1.24" "prometheus_client>=0.17" "interegular>=0.3.3" "pytest>=8"
 
 "$VENV/bin/python" - <<'EOF'
 import importlib.metadata as md

@@ -49,12 +49,12 @@ def char_class(chars: set[str], negated: bool) -> str:
         else:
             ranges.append((c, c))
     if negated:
-        ranges = _complement(ranges)
+        ranges = complement(ranges)
     parts = [_class_char(a) if a == b else f"{_class_char(a)}-{_class_char(b)}" for a, b in ranges]
     return "[" + "".join(parts) + "]"
 
 
-def _complement(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def complement(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The code points outside sorted disjoint ranges, surrogates left out (they are not text)."""
     out: list[tuple[int, int]] = []
     start = 0
@@ -89,3 +89,6 @@ def trie(words: Iterable[Sequence[str]]) -> tuple[list[dict[str, int]], list[boo
             t = kids[t][unit]
         end[t] = True
     return kids, end
+
+
+class_char = _class_char  # one code point as a character-class item (shared with build.patterns)

@@ -189,8 +189,8 @@ def _prepare_format(node: Any, s: Settings) -> Any:
         bound = node.get("max_whitespace_cnt", s.max_whitespace if TAG_WHITESPACE_BOUND else None)
         own = bool(lift(out["json_schema"])[1].rules)
         if own and (node.get("style", "json") != "json" or set(node) - _JSON_CONTENT_KEYS):
-            raise UnsupportedFeatureError(f"multipleOf or not: {{enum}} in a structural tag's {node.get('style')!r} "
-                                          "content")
+            raise UnsupportedFeatureError(f"multipleOf, not: {{enum}} or pattern with minLength/maxLength in a "
+                                          f"structural tag's {node.get('style')!r} content")
         if bound == 0:
             return _compact_json_content(out, s)
         if own:

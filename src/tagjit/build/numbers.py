@@ -227,6 +227,9 @@ def _minimise(edges: list[dict[str, int]], final: list[bool]) -> tuple[list[dict
     return out_edges, out_final
 
 
+minimise = _minimise  # shared with build.patterns
+
+
 def _rules(prefix: str, edges: list[dict[str, int]], final: list[bool]) -> list[str]:
     rules = []
     for i, out in enumerate(edges):

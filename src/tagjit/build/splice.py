@@ -1,4 +1,6 @@
-"""Values tagjit writes its own EBNF for (``multipleOf``, ``not: {enum}`` strings), spliced into xgrammar's grammar.
+"""Values tagjit writes its own EBNF for, spliced into xgrammar's grammar.
+
+They are ``multipleOf``, ``not: {enum}`` strings and ``pattern`` with ``minLength``/``maxLength``.
 
 Each such value becomes a placeholder string constant before xgrammar converts the schema; xgrammar prints every
 constant as one literal, which ``printed.swap_const_literals`` replaces by the name of tagjit's rule for the value.
@@ -12,6 +14,7 @@ from typing import Any
 import xgrammar as xgr
 
 from tagjit.build.numbers import RULE_PREFIX, automaton_rules, multiples
+from tagjit.build.patterns import RULE_PREFIX as PATTERN_PREFIX, bounds, lengths_automaton, lengths_rules
 from tagjit.build.printed import swap_const_literals
 from tagjit.build.strings import exclusion_rules
 from tagjit.schema.keywords import LISTS, MAPS, VALUES
@@ -47,7 +50,7 @@ class Lifted:
                 out[k] = self.node(v)
             else:
                 out[k] = v
-        if "multipleOf" not in out and "not" not in out:
+        if "multipleOf" not in out and "not" not in out and not pattern_with_lengths(out):
             return out
         return self._split(out)
 
@@ -64,9 +67,15 @@ class Lifted:
             excluded = list(dict.fromkeys(n["not"]["enum"]))
             parts.append(self._placeholder("tagjit_notstr_", lambda name: exclusion_rules(excluded, name)))
             types = [x for x in types if x != "string"]
+        own_string = "not" in n
+        if pattern_with_lengths(n) and "string" in types:
+            a = lengths_automaton(n["pattern"], *bounds(n))
+            parts.append(self._placeholder(PATTERN_PREFIX, lambda name: lengths_rules(a, name)))
+            types = [x for x in types if x != "string"]
+            own_string = True
         if types:
             rest = {k: v for k, v in n.items() if k not in ("not", "$defs", "definitions", *_NUMERIC)
-                    and not (k in _STRING and "not" in n)}
+                    and not (k in _STRING and own_string)}
             rest["type"] = types[0] if len(types) == 1 else types
             parts.append(rest)
         keep = {k: v for k, v in n.items() if k in ("$defs", "definitions")}
@@ -79,6 +88,11 @@ class Lifted:
         text, printed = swap_const_literals(str(grammar), {p: name for p, (name, _) in self.rules.items()})
         extra = [rule for p in printed for rule in self.rules[p][1]]
         return xgr.Grammar.from_ebnf(text + "\n" + "\n".join(extra) + "\n", root_rule_name="root")
+
+
+def pattern_with_lengths(n: dict) -> bool:
+    """Whether a node has a ``pattern`` beside ``minLength``/``maxLength`` (tagjit writes that string rule)."""
+    return isinstance(n.get("pattern"), str) and ("minLength" in n or "maxLength" in n)
 
 
 def lift(schema: Any) -> tuple[Any, Lifted]:

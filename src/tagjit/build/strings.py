@@ -13,7 +13,9 @@ from tagjit.build.ebnf import char_class, ebnf_string, trie
 MAX_TRIE_NODES = 20000
 
 _SHORT = {'"': '"', "\\": "\\", "/": "/", "\b": "b", "\f": "f", "\n": "n", "\r": "r", "\t": "t"}
+SHORT_ESCAPES = _SHORT  # shared with build.patterns
 _RAW_FORBIDDEN = {chr(c) for c in range(0x20)} | {'"', "\\"}
+RAW_FORBIDDEN = _RAW_FORBIDDEN
 _HEX = "0123456789abcdef"
 
 

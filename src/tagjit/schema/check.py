@@ -14,6 +14,7 @@ from tagjit.errors import CompileLimitError, ConstraintError, EmptySchemaError, 
 from tagjit.schema.metaschema import quick_valid
 from tagjit.settings import get_settings
 from tagjit.build.numbers import multiple_of_problem
+from tagjit.build.patterns import pattern_lengths_problem
 from tagjit.build.strings import exclusion_problem
 from tagjit.schema.formats import SUPPORTED_FORMATS
 from tagjit.schema.normalize import normalize_schema
@@ -183,8 +184,16 @@ def _node_problem(node: dict) -> str | None:
     fmt = node.get("format")
     if isinstance(fmt, str) and fmt not in SUPPORTED_FORMATS and (not types or "string" in types):
         return f"format: {fmt}"
-    if ("pattern" in node or "format" in node) and ("minLength" in node or "maxLength" in node):
-        return "minLength/maxLength together with pattern or format"
+    if "format" in node and ("minLength" in node or "maxLength" in node):
+        return "minLength/maxLength together with format"
+    if isinstance(node.get("pattern"), str) and ("minLength" in node or "maxLength" in node) \
+            and (not types or "string" in types):
+        beside = [k for k in _ANY_TYPE if k in node]
+        if beside:
+            return f"pattern with minLength/maxLength together with {beside[0]}"
+        problem = pattern_lengths_problem(node)
+        if problem is not None:
+            return problem
     ref = node.get("$ref")
     if isinstance(ref, str) and not ref.startswith("#"):
         return f"$ref to an external document ({ref})"

@@ -10,6 +10,7 @@ from typing import Any, Iterator
 import jsonschema
 
 from tagjit.build.numbers import multiples
+from tagjit.build.patterns import PatternProblem, bounds as length_bounds, lengths_automaton
 from tagjit.errors import ConstraintError, EmptySchemaError, UnsupportedFeatureError
 from tagjit.schema.formats import apply_format
 from tagjit.schema.keywords import (ANNOTATIONS, KEYS, LISTS, MAPS, PASSIVE, TYPE_KEYWORDS, VALUES, path_text, resolve,
@@ -88,6 +89,7 @@ class _Normalizer:
         _infer_type(n)
         _multiple_of(n, where)
         _anchor_pattern(n)
+        _pattern_lengths(n, where)
         self._required_properties(n, where)
         return _structured_values(self._filter_enum(n, where))
 
@@ -562,9 +564,36 @@ def _anchor_pattern(n: dict) -> None:
     p = n.get("pattern")
     if not isinstance(p, str) or (p.startswith("^") and p.endswith("$") and not p.endswith("\\$")):
         return
-    head = "" if p.startswith("^") else ".*"
-    tail = "" if p.endswith("$") and not p.endswith("\\$") else ".*"
+    if "minLength" in n or "maxLength" in n:  # build.patterns searches the pattern itself, anchors and all
+        return
+    # [\s\S], not ".": a searched pattern may sit after a newline (tagjit's pattern-with-length rule reads escapes;
+    # xgrammar's own pattern rule takes no escape, so for it the two are the same).
+    head = "" if p.startswith("^") else "[\\s\\S]*"
+    tail = "" if p.endswith("$") and not p.endswith("\\$") else "[\\s\\S]*"
     n["pattern"] = f"^{head}(?:{p}){tail}$"  # anchored again, so normalising twice changes nothing
+
+
+def _pattern_lengths(n: dict, where: str) -> None:
+    """A pattern with minLength/maxLength that no string satisfies (build.patterns' automaton is empty): no value
+    if only strings are allowed, else the other types alone. One tagjit cannot read is left for check to refuse."""
+    if not isinstance(n.get("pattern"), str) or not ("minLength" in n or "maxLength" in n) \
+            or "enum" in n or "const" in n:
+        return
+    types = _type_list(n.get("type"))
+    if types and "string" not in types:
+        return
+    try:
+        empty = lengths_automaton(n["pattern"], *length_bounds(n)).empty()
+    except (PatternProblem, TypeError, ValueError):
+        return
+    if not empty:
+        return
+    if types == ["string"] or not types:
+        raise EmptySchemaError(f"JSON schema at '{where}' accepts no value: no string of its length matches its "
+                               "pattern")
+    n["type"] = [t for t in types if t != "string"] if len(types) > 2 else [t for t in types if t != "string"][0]
+    for k in ("pattern", "minLength", "maxLength", "format"):
+        n.pop(k, None)
 
 
 def _value_types(n: Any) -> set[str] | None:

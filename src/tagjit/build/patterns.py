@@ -1,0 +1,439 @@
+"""``pattern`` with ``minLength``/``maxLength`` exactly: a character automaton (interegular) times a length counter.
+
+Match semantics are the ones tagjit gives a plain ``pattern`` (``normalize`` anchors it as ``^[\\s\\S]*(?:p)...$``,
+so JSON Schema's search, "ab" accepts "xaby"): the pattern is searched for in the decoded string, ``^`` and ``$``
+match only at its start and end (ECMA-262 without the m flag), ``.`` is any character but a newline, ``\\d``/``\\w``/
+``\\s`` are ASCII classes (xgrammar's and interegular's reading). Lengths count Unicode characters (code points) of
+the decoded string, as ``len`` does.
+
+The anchors become two sentinel characters (surrogates, which no string holds) around the text, so the automaton
+of ``[\\s\\S]*(?:p)[\\s\\S]*`` read from after the first sentinel, accepting where the second one leads to a final
+state, is the pattern's search language. Each transition's character class accepts every JSON spelling of its
+characters: raw where JSON allows, the short escapes, ``\\uXXXX`` in any hex case, surrogate pairs above U+FFFF.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import NamedTuple
+
+import interegular
+from interegular.fsm import anything_else
+
+from tagjit.build.ebnf import class_char, complement
+from tagjit.build.numbers import MAX_STATES, minimise
+from tagjit.build.strings import RAW_FORBIDDEN, SHORT_ESCAPES
+from tagjit.errors import EmptySchemaError
+
+RULE_PREFIX = "tagjit_pat_"
+_BOS, _EOS = "\ud800", "\ud801"
+_SURROGATES = (0xD800, 0xDFFF)
+_SENTINELS = _BOS + _EOS
+# Classes of "anything but": written so that they never read a sentinel.
+_NEGATED_SHORTHANDS = {"S": f"[^\\s{_SENTINELS}]", "W": f"[^\\w{_SENTINELS}]", "D": f"[^\\d{_SENTINELS}]"}
+
+
+class PatternProblem(Exception):
+    """A pattern tagjit cannot turn into an automaton exactly (the message names the feature)."""
+
+
+class Lengths(NamedTuple):
+    """The minimised automaton of one pattern and length range: transitions by class index, the classes' code
+    point ranges, and which states accept."""
+
+    edges: list[dict[int, int]]
+    final: list[bool]
+    classes: dict[int, list[tuple[int, int]]]
+
+    def empty(self) -> bool:
+        return not self.final
+
+
+# -- ECMA-262 pattern text -> interegular pattern text ----------------------------------------------
+
+def _literal(ch: str) -> str:
+    return ch if (ch.isascii() and ch.isalnum()) or not ch.isascii() else "\\" + ch
+
+
+def _hex_at(p: str, i: int, n: int) -> int | None:
+    text = p[i:i + n]
+    if len(text) == n and all(c in "0123456789abcdefABCDEF" for c in text):
+        return int(text, 16)
+    return None
+
+
+def _unicode_escape(p: str, i: int) -> tuple[str, int]:
+    """The character of a ``\\u`` escape starting at ``p[i] == 'u'`` and the index after it."""
+    if p.startswith("{", i + 1):
+        end = p.find("}", i + 2)
+        code = _hex_at(p, i + 2, end - i - 2) if end > i + 2 else None
+        if code is None or code > 0x10FFFF:
+            raise PatternProblem("pattern with an invalid \\u{...} escape")
+        i = end + 1
+    else:
+        code = _hex_at(p, i + 1, 4)
+        if code is None:
+            raise PatternProblem("pattern with an invalid \\u escape")
+        i += 5
+        if 0xD800 <= code <= 0xDBFF and p.startswith("\\u", i) and (low := _hex_at(p, i + 2, 4)) is not None \
+                and 0xDC00 <= low <= 0xDFFF:
+            code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
+            i += 6
+    if _SURROGATES[0] <= code <= _SURROGATES[1]:
+        raise PatternProblem("pattern with a lone surrogate escape")
+    return chr(code), i
+
+
+def _tokens(p: str) -> list[tuple[str, str]]:
+    """The pattern as (kind, interegular text) tokens; kinds: open, close, bar, bos, eos, atom."""
+    out: list[tuple[str, str]] = []
+    i, n = 0, len(p)
+    while i < n:
+        c = p[i]
+        if c == "\\":
+            if i + 1 >= n:
+                raise PatternProblem("pattern ending in a backslash")
+            e = p[i + 1]
+            if e == "u":
+                ch, i = _unicode_escape(p, i + 1)
+                out.append(("atom", _literal(ch)))
+                continue
+            if e in "bB":
+                raise PatternProblem("pattern with a word boundary (\\b)")
+            if e in "pPck" or e.isdigit() and e != "0":
+                raise PatternProblem(f"pattern with \\{e}")
+            out.append(("atom", _NEGATED_SHORTHANDS.get(e, p[i:i + 2])))
+            i += 2
+        elif c == "[":
+            j = i + 1
+            body = ["["]
+            if p.startswith("^", j):
+                body.append("^" + _SENTINELS)  # a negated class never reads a sentinel
+                j += 1
+            if p.startswith("]", j):
+                raise PatternProblem("pattern with an empty character class")
+            while j < n and p[j] != "]":
+                if p[j] == "\\" and j + 1 < n:
+                    if p[j + 1] == "u":
+                        ch, j = _unicode_escape(p, j + 1)
+                        body.append(_literal(ch))
+                        continue
+                    if p[j + 1] in "pPck":
+                        raise PatternProblem(f"pattern with \\{p[j + 1]}")
+                    if p[j + 1] in "SWD" and body[1:2] != ["^" + _SENTINELS]:
+                        raise PatternProblem(f"pattern with \\{p[j + 1]} inside a character class")
+                    body.append(p[j:j + 2])
+                    j += 2
+                elif p[j] == "[":
+                    body.append("\\[")
+                    j += 1
+                else:
+                    body.append(p[j])
+                    j += 1
+            if j >= n:
+                raise PatternProblem("pattern with an unclosed character class")
+            out.append(("atom", "".join(body) + "]"))
+            i = j + 1
+        elif c == "(":
+            if p.startswith("(?:", i):
+                i += 3
+            elif p.startswith(("(?=", "(?!", "(?<=", "(?<!"), i):
+                raise PatternProblem("pattern with a lookahead or lookbehind")
+            elif p.startswith(("(?<", "(?P<"), i):
+                end = p.find(">", i)
+                if end < 0:
+                    raise PatternProblem("pattern with an unclosed group name")
+                i = end + 1
+            elif p.startswith("(?", i):
+                raise PatternProblem("pattern with inline flags or another (? group")
+            else:
+                i += 1
+            out.append(("open", "(?:"))
+        elif c == ")":
+            out.append(("close", ")"))
+            i += 1
+        elif c == "|":
+            out.append(("bar", "|"))
+            i += 1
+        elif c == "^":
+            out.append(("bos", _BOS))
+            i += 1
+        elif c == "$":
+            out.append(("eos", _EOS))
+            i += 1
+        else:
+            out.append(("atom", f"[^\\n{_SENTINELS}]" if c == "." else c))
+            i += 1
+    return out
+
+
+def _drop_repeated(tokens: list[tuple[str, str]], anchor: str, opener: str, closer: str) -> list[tuple[str, str]]:
+    """Leave out an anchor that another one of its kind always directly precedes (``^(?:^a|^b)``): with one
+    sentinel character for both, the second would need a second sentinel."""
+    out, stack, after = [], [], False
+    for kind, text in tokens:
+        if kind == anchor:
+            if after:
+                continue
+            after = True
+        elif kind == opener:
+            stack.append(after)
+        elif kind == "bar":
+            after = stack[-1] if stack else False
+        elif kind == closer:
+            if stack:
+                stack.pop()
+            after = False
+        else:
+            after = False
+        out.append((kind, text))
+    return out
+
+
+def interegular_pattern(pattern: str) -> str:
+    """The pattern in interegular's syntax, anchors as sentinels, searched for anywhere in sentinel-wrapped text."""
+    tokens = _drop_repeated(_tokens(pattern), "bos", "open", "close")
+    tokens = _drop_repeated(tokens[::-1], "eos", "close", "open")[::-1]
+    # Read over the text between a BOS and an EOS sentinel: the optional ones take the sentinels where the pattern's
+    # own anchors do not, and no class reads a sentinel, so ``^``/``$`` hold only at the ends.
+    inside = f"[^{_SENTINELS}]*"
+    return f"{_BOS}?{inside}(?:" + "".join(t for _, t in tokens) + f"){inside}{_EOS}?"
+
+
+MAX_PATTERN_SIZE = 512
+
+
+def _unbounded(node) -> bool:
+    if hasattr(node, "options"):
+        return any(_unbounded(o) for o in node.options)
+    if hasattr(node, "parts"):
+        return any(_unbounded(o) for o in node.parts)
+    if hasattr(node, "base"):
+        return node.max is None or _unbounded(node.base)
+    return False
+
+
+def _size(node) -> int:
+    """Characters of the pattern with every counted repetition written out (unbounded ones once)."""
+    if hasattr(node, "options"):
+        return sum(_size(o) for o in node.options)
+    if hasattr(node, "parts"):
+        return sum(_size(o) for o in node.parts)
+    if hasattr(node, "base"):
+        count = node.max if node.max is not None else node.min + 1
+        if count > 2 and not hasattr(node.base, "chars") and _unbounded(node.base):
+            return MAX_PATTERN_SIZE + 1  # a counted repetition of a loop: interegular's automaton explodes
+        return _size(node.base) * max(1, count)
+    if hasattr(node, "inner"):
+        return _size(node.inner)
+    return 1
+
+
+# -- the automaton ---------------------------------------------------------------------------------
+
+def _ranges(codes: set[int]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for c in sorted(codes):
+        if out and out[-1][1] == c - 1:
+            out[-1] = (out[-1][0], c)
+        else:
+            out.append((c, c))
+    return out
+
+
+@lru_cache(maxsize=256)
+def lengths_automaton(pattern: str, lo: int, hi: int | None) -> Lengths:
+    """The minimised automaton of the strings (by code point) that ``pattern`` matches, with ``lo..hi`` characters."""
+    try:
+        parsed = interegular.parse_pattern(interegular_pattern(pattern))
+        if _size(parsed) > MAX_PATTERN_SIZE:  # interegular would take minutes building it
+            raise PatternProblem(f"pattern with repetitions of more than {MAX_PATTERN_SIZE} characters in all")
+        fsm = parsed.to_fsm()
+    except PatternProblem:
+        raise
+    except interegular.Unsupported as e:
+        raise PatternProblem(f"pattern with {str(e).strip(chr(39)) or 'a construct'} interegular cannot read") from None
+    except Exception:  # interegular.InvalidSyntax and its parser's own errors
+        raise PatternProblem("pattern interegular cannot parse") from None
+    alphabet = fsm.alphabet
+    by_key = alphabet.by_transition
+    # A sentinel the pattern does not name (no ``$``) shares its class with other characters: read it by its class.
+    k_bos, k_eos = alphabet[_BOS], alphabet[_EOS]
+    named = {ord(s) for s in alphabet if s is not anything_else}
+    classes: dict[int, list[tuple[int, int]]] = {}
+    for key, symbols in by_key.items():
+        codes = {ord(s) for s in symbols if s is not anything_else} - set(range(_SURROGATES[0], _SURROGATES[1] + 1))
+        if anything_else in symbols:
+            ranges = sorted([*complement(_ranges(named)), *_ranges(codes)])
+        else:
+            ranges = _ranges(codes)
+        if ranges:
+            classes[key] = ranges
+    first = fsm.map.get(fsm.initial, {}).get(k_bos)
+    if first is None:
+        return Lengths([], [], classes)
+    cap = lo if hi is None else hi
+    start = (first, 0)
+    index = {start: 0}
+    order = [start]
+    edges: list[dict[int, int]] = []
+    for s, k in order:
+        out: dict[int, int] = {}
+        if hi is None or k < hi:
+            for key, t in fsm.map.get(s, {}).items():
+                if key not in classes:
+                    continue
+                nxt = (t, min(k + 1, cap) if hi is None else k + 1)
+                if nxt not in index:
+                    if len(order) >= MAX_STATES:
+                        raise PatternProblem(f"pattern (an automaton of more than {MAX_STATES} states with "
+                                             "its lengths)")
+                    index[nxt] = len(order)
+                    order.append(nxt)
+                out[key] = index[nxt]
+        edges.append(out)
+    final = [k >= lo and fsm.map.get(s, {}).get(k_eos) in fsm.finals for s, k in order]
+    edges, final = minimise(edges, final)
+    return Lengths(edges, final, classes)
+
+
+# -- EBNF ------------------------------------------------------------------------------------------
+
+_ANY_HEX = "[0-9a-fA-F]"
+
+
+def _hex_class(a: int, b: int) -> str:
+    """Hex digits a..b (0-15), either case."""
+    if a == b and a < 10:
+        return f'"{a}"'
+    digits = [f"{x:x}" for x in range(a, b + 1)]
+    num = [d for d in digits if d.isdigit()]
+    let = [d for d in digits if d.isalpha()]
+    body = ""
+    if num:
+        body += num[0] if len(num) == 1 else f"{num[0]}-{num[-1]}"
+    if let:
+        body += let[0] if len(let) == 1 else f"{let[0]}-{let[-1]}"
+        up = [d.upper() for d in let]
+        body += up[0] if len(up) == 1 else f"{up[0]}-{up[-1]}"
+    return f"[{body}]"
+
+
+def _hex_range(lo: int, hi: int, width: int) -> list[str]:
+    """EBNF sequences for the ``width``-digit hex spellings (either case) of lo..hi."""
+    if width == 0:
+        return [""]
+    size = 16 ** (width - 1)
+    if lo == 0 and hi == 16 * size - 1:
+        return [" ".join([_ANY_HEX] * width)]
+    hl, ll = divmod(lo, size)
+    hh, lh = divmod(hi, size)
+    if hl == hh:
+        return [f"{_hex_class(hl, hl)} {x}".strip() for x in _hex_range(ll, lh, width - 1)]
+    out = []
+    full_lo, full_hi = hl, hh
+    if ll:
+        out += [f"{_hex_class(hl, hl)} {x}".strip() for x in _hex_range(ll, size - 1, width - 1)]
+        full_lo += 1
+    if lh != size - 1:
+        full_hi -= 1
+    if full_lo <= full_hi:
+        out.append(" ".join([_hex_class(full_lo, full_hi)] + [_ANY_HEX] * (width - 1)))
+    if lh != size - 1:
+        out += [f"{_hex_class(hh, hh)} {x}".strip() for x in _hex_range(0, lh, width - 1)]
+    return out
+
+
+def _alt(seqs: list[str]) -> str:
+    return seqs[0] if len(seqs) == 1 else "(" + " | ".join(seqs) + ")"
+
+
+def spellings(ranges: list[tuple[int, int]]) -> str:
+    """An EBNF expression for every JSON spelling, inside a string, of one character from ``ranges``."""
+    codes_small = {c for lo, hi in ranges if lo < 0x80 for c in range(lo, min(hi, 0x7F) + 1)}
+    alts = []
+    raw_forbidden = {ord(c) for c in RAW_FORBIDDEN}
+    raw_chars: list[tuple[int, int]] = []
+    for lo, hi in ranges:
+        c = lo
+        while c <= hi:  # split around the characters JSON never writes raw (all below 0x80)
+            if c in raw_forbidden:
+                c += 1
+                continue
+            end = c
+            while end + 1 <= hi and end + 1 not in raw_forbidden:
+                end += 1
+            raw_chars.append((c, end))
+            c = end + 1
+    if raw_chars:
+        alts.append(_class_of_ranges(raw_chars))
+    short = [e for ch, e in SHORT_ESCAPES.items() if ord(ch) in codes_small]
+    if short:
+        alts.append('"\\\\" [' + "".join("\\" + e if e in '\\]^-["' else e for e in short) + "]")
+    bmp = [(lo, min(hi, 0xFFFF)) for lo, hi in ranges if lo <= 0xFFFF]
+    hex_seqs = [s for lo, hi in bmp for s in _hex_range(lo, hi, 4)]
+    if hex_seqs:
+        alts.append('"\\\\u" ' + _alt(hex_seqs))
+    for lo, hi in ranges:
+        if hi < 0x10000:
+            continue
+        lo = max(lo, 0x10000)
+        for h_lo, h_hi, l_lo, l_hi in _pairs(lo - 0x10000, hi - 0x10000):
+            alts.append('"\\\\u" ' + _alt(_hex_range(h_lo, h_hi, 4)) + ' "\\\\u" ' + _alt(_hex_range(l_lo, l_hi, 4)))
+    return _alt(alts)
+
+
+def _class_of_ranges(ranges: list[tuple[int, int]]) -> str:
+    return "[" + "".join(class_char(a) if a == b else f"{class_char(a)}-{class_char(b)}" for a, b in ranges) + "]"
+
+
+def _pairs(lo: int, hi: int) -> list[tuple[int, int, int, int]]:
+    """UTF-16 surrogate pieces (high lo..hi, low lo..hi) of the supplementary offsets lo..hi."""
+    h1, l1 = divmod(lo, 0x400)
+    h2, l2 = divmod(hi, 0x400)
+    H, L = 0xD800, 0xDC00
+    if h1 == h2:
+        return [(H + h1, H + h1, L + l1, L + l2)]
+    out = []
+    if l1:
+        out.append((H + h1, H + h1, L + l1, L + 0x3FF))
+        h1 += 1
+    last = None
+    if l2 != 0x3FF:
+        last = (H + h2, H + h2, L, L + l2)
+        h2 -= 1
+    if h1 <= h2:
+        out.append((H + h1, H + h2, L, L + 0x3FF))
+    if last:
+        out.append(last)
+    return out
+
+
+def lengths_rules(a: Lengths, name: str) -> list[str]:
+    """EBNF rules (rule ``name`` first) for a JSON string, quotes included, whose value the automaton accepts."""
+    if a.empty():
+        raise EmptySchemaError("a pattern with minLength/maxLength that accepts no string")
+    used = sorted({key for out in a.edges for key in out})
+    rules = [f'{name} ::= "\\"" {name}_0']
+    for key in used:
+        rules.append(f"{name}_c{key} ::= {spellings(a.classes[key])}")
+    for i, out in enumerate(a.edges):
+        alts = ['"\\""'] if a.final[i] else []
+        alts += [f"{name}_c{key} {name}_{t}" for key, t in sorted(out.items())]
+        rules.append(f"{name}_{i} ::= " + " | ".join(alts))
+    return rules
+
+
+def bounds(node: dict) -> tuple[int, int | None]:
+    lo = node.get("minLength", 0)
+    hi = node.get("maxLength")
+    return int(lo), (int(hi) if hi is not None else None)
+
+
+def pattern_lengths_problem(node: dict) -> str | None:
+    """Why a normalised node's pattern with minLength/maxLength cannot be written exactly, or None."""
+    try:
+        lengths_automaton(node["pattern"], *bounds(node))
+    except PatternProblem as e:
+        return f"{e} together with minLength/maxLength"
+    return None
