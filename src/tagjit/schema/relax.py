@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, TypeVar
 
 from tagjit.errors import ConstraintError, EmptySchemaError, UnsupportedFeatureError
-from tagjit.schema.keywords import LISTS, MAPS, VALUES
+from tagjit.schema.keywords import LISTS, MAPS, VALUES, step as pointer_step
 from tagjit.schema.normalize import normalize_schema
 
 T = TypeVar("T")
@@ -187,7 +187,8 @@ def _parameter_pointer(feature: str) -> str:
 
 
 def _locate(root: Any, where: str) -> tuple[Any, Any]:
-    """(parent container, key) of the node at a '#/a/0' pointer, (root, None) for '#', (None, None) if not there."""
+    """(parent container, key) of the node at a '#/a/0' pointer (written as ``path_text`` writes it), (root, None)
+    for '#', (None, None) if not there."""
     if where == "#":
         return root, None
     if not where.startswith("#/"):
@@ -195,14 +196,12 @@ def _locate(root: Any, where: str) -> tuple[Any, Any]:
     parent: Any = None
     key: Any = None
     node = root
-    for part in where[2:].split("/"):
-        if isinstance(node, dict) and part in node:
-            parent, key, node = node, part, node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            parent, key, node = node, int(part), node[int(part)]
-        else:
-            return None, None
-    return (parent, key) if parent is not None else (root, None)
+    try:
+        for part in where[2:].split("/"):
+            parent, key, node = node, int(part) if isinstance(node, list) else part, pointer_step(node, part)
+    except LookupError:
+        return None, None
+    return parent, key
 
 
 def allowed_by(names: Iterable[str]) -> Callable[[str], bool]:
