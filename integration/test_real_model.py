@@ -70,3 +70,43 @@ def test_auto_with_a_strict_tool_gives_valid_calls_or_plain_text(client):
         assert_valid_calls(choice.message.tool_calls)
     else:
         assert "<tool_call>" not in (choice.message.content or "")
+
+
+# -- an agent loop: tools and a structured final answer in every request ---------------------------
+
+WEATHER_REPORT = {"type": "object", "properties": {
+    "city": {"type": "string", "maxLength": 40},
+    "conditions": {"type": "string", "enum": ["sunny", "cloudy", "rainy", "snowy"]},
+    "advice": {"type": "string", "maxLength": 80}},
+    "required": ["city", "conditions", "advice"], "additionalProperties": False}
+REPORT_FORMAT = {"type": "json_schema", "json_schema": {"name": "weather_report", "schema": WEATHER_REPORT}}
+
+
+def test_an_agent_loop_calls_a_tool_then_answers_in_the_schema(client):
+    """Every turn carries the tools and the answer's schema, as agent frameworks send them: the first turn must
+    call (required), a later turn may call again or answer (auto), the last answers (none); each output is read
+    by vLLM's own tool parser into tool_calls or content, and each is valid."""
+    messages = [{"role": "user", "content": "What's the weather like in Tokyo? Then give me a short report."}]
+    for turn, tool_choice in enumerate(("required", "auto", "auto", "none")):
+        choice = ask(client, messages, tools=TOOLS, tool_choice=tool_choice, response_format=REPORT_FORMAT,
+                     parallel_tool_calls=False)
+        calls = choice.message.tool_calls
+        if not calls:
+            assert tool_choice != "required", "required gave no tool call"
+            report = json.loads(choice.message.content)
+            jsonschema.validate(report, WEATHER_REPORT)
+            return
+        assert tool_choice != "none" and len(calls) == 1
+        assert_valid_calls(calls)
+        messages += [{"role": "assistant", "content": None, "tool_calls": [c.model_dump() for c in calls]},
+                     {"role": "tool", "tool_call_id": calls[0].id,
+                      "content": json.dumps({"city": "Tokyo", "conditions": "rainy", "temperature_c": 14})}]
+    raise AssertionError("the loop ended without an answer")
+
+
+def test_auto_with_an_answer_schema_gives_a_valid_call_or_a_valid_answer(client):
+    choice = ask(client, WEATHER_QUESTION, tools=TOOLS, tool_choice="auto", response_format=REPORT_FORMAT)
+    if choice.message.tool_calls:
+        assert_valid_calls(choice.message.tool_calls)
+    else:
+        jsonschema.validate(json.loads(choice.message.content), WEATHER_REPORT)

@@ -194,3 +194,47 @@ def test_disable_any_whitespace_reaches_the_tool_tag(tagjit_backend, tokenizer, 
     compact = build_tool_tag("hermes", TOOLS, "required", True, get_settings().replace(max_whitespace=0))
     assert tag_of(request) == compact
     assert compact != build_tool_tag("hermes", TOOLS, "required", True, get_settings())
+
+
+# -- agent requests: tools and a JSON response_format ----------------------------------------------
+
+ANSWER = {"type": "object", "properties": {"done": {"type": "boolean"}}, "required": ["done"]}
+JSON_ANSWER = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER}}
+
+
+def test_auto_with_a_json_schema_answer_gets_the_calls_or_answer_tag(tagjit_backend, tokenizer):
+    request, _ = adjusted(tokenizer, "hermes", tool_choice="auto", response_format=JSON_ANSWER)
+    assert tag_of(request) == build_tool_tag("hermes", TOOLS, "auto", True, get_settings(), answer=ANSWER)
+    assert request.response_format is None
+
+
+def test_auto_with_a_json_object_answer_takes_any_object(tagjit_backend, tokenizer):
+    request, _ = adjusted(tokenizer, "hermes", tool_choice="auto", response_format={"type": "json_object"})
+    assert tag_of(request) == build_tool_tag("hermes", TOOLS, "auto", True, get_settings(),
+                                             answer={"type": "object"})
+
+
+def test_required_with_an_answer_gets_the_calls_only_tag(tagjit_backend, tokenizer):
+    request, _ = adjusted(tokenizer, "hermes", tool_choice="required", response_format=JSON_ANSWER)
+    assert tag_of(request) == build_tool_tag("hermes", TOOLS, "required", True, get_settings())
+
+
+def test_none_with_an_answer_keeps_vllms_json_answer(tagjit_backend, tokenizer):
+    request, _ = adjusted(tokenizer, "hermes", tool_choice="none", response_format=JSON_ANSWER)
+    assert tag_of(request) is None
+    assert request.response_format is not None
+
+
+def test_an_answer_schema_tagjit_refuses_is_a_validation_error_on_response_format(tagjit_backend, tokenizer):
+    from vllm.exceptions import VLLMValidationError
+
+    overlapping = {"type": "json_schema", "json_schema": {"name": "a", "schema": {
+        "oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}}}
+    with pytest.raises(VLLMValidationError, match="response_format: .*oneOf") as e:
+        adjusted(tokenizer, "hermes", tool_choice="auto", response_format=overlapping)
+    assert e.value.parameter == "response_format"
+
+
+def test_a_regex_output_constraint_beside_tools_keeps_vllms_handling(tagjit_backend, tokenizer):
+    request, _ = adjusted(tokenizer, "hermes", tool_choice="auto", structured_outputs={"regex": "[a-z]+"})
+    assert tag_of(request) is None and request.structured_outputs.regex == "[a-z]+"

@@ -22,6 +22,10 @@ The hook (two AROUND hooks in SGLang's plugin ``HookRegistry``, applied by ``loa
        becomes ``tagjit.tools.build_tool_tag(format, tools, tool_choice, parallel_tool_calls,
        reasoning=thinking_mode)``. JSON-schema and full-assistant-EBNF constraints stay SGLang's:
        its response side reads those as a JSON array or a whole-turn grammar, not as native calls.
+    3. An agent request (tools and a JSON ``response_format``), after ``_process_messages``: under ``auto`` the
+       constraint becomes tagjit's tag of calls or exactly one JSON answer under the schema; under ``required`` or a
+       named tool, tagjit's calls tag stands (SGLang alone refuses the pair); ``none`` keeps SGLang's JSON answer.
+       The response format is then taken off the request, so SGLang parses the tool calls of the output.
     Bad tool input (a tool name the syntax cannot carry, a schema feature tagjit cannot enforce)
     raises tagjit's ``ConstraintError``, a ``ValueError``, which SGLang's ``handle_request`` turns
     into HTTP 400 for that request. ``TAGJIT_SGLANG_TOOLS=0`` turns the replacement off.
@@ -122,9 +126,42 @@ def around_process_messages(original: Callable, serving: Any, *args: Any, **kwar
     settings = settings_for(serving.tokenizer_manager.server_args)
     token = _ACTIVE.set(_Active(fmt, FunctionCallParser.ToolCallParserEnum[serving.tool_call_parser], settings))
     try:
-        return original(serving, *args, **kwargs)
+        processed = original(serving, *args, **kwargs)
     finally:
         _ACTIVE.reset(token)
+    request = args[0] if args else kwargs.get("request")
+    answer = _answer_schema(request)
+    if answer is not None and request.tool_choice != "none" and hasattr(processed, "tool_call_constraint"):
+        _serve_agent_request(serving, request, processed, fmt, answer, settings)
+    return processed
+
+
+def _answer_schema(request: Any) -> dict | bool | None:
+    """The schema of a chat request's JSON answer beside its tools (``response_format`` json_schema or json_object)."""
+    rf = getattr(request, "response_format", None)
+    if rf is None or not getattr(request, "tools", None):
+        return None
+    if rf.type == "json_object":
+        return {"type": "object"}
+    if rf.type == "json_schema" and rf.json_schema is not None and rf.json_schema.schema_ is not None:
+        return rf.json_schema.schema_
+    return None
+
+
+def _serve_agent_request(serving: Any, request: Any, processed: Any, fmt: str, answer: dict | bool,
+                         settings: Any) -> None:
+    """Tools and a JSON answer in one request: under ``auto`` tagjit's tag of calls or the answer replaces SGLang's
+    JSON-only constraint; under ``required`` or a named tool the calls' tag stands (SGLang would refuse the pair).
+    The response format is taken off the request so that SGLang neither constrains to it nor skips tool parsing."""
+    if request.tool_choice == "auto":
+        tools = [t.model_dump() for t in serving._effective_tools(request)]
+        reasoning = bool(serving._get_reasoning_from_request(request)) and serving.reasoning_parser is None
+        tag = tool_tag(fmt, tools, "auto", request.parallel_tool_calls is not False, reasoning, settings,
+                       answer=answer)
+        processed.tool_call_constraint = None if tag is None else ("structural_tag", tag)
+    elif processed.tool_call_constraint is None or processed.tool_call_constraint[0] != "structural_tag":
+        return  # SGLang's own constraint for this detector: its own rules
+    request.response_format = None
 
 
 def around_structure_constraint(original: Callable, parser: Any, tool_choice: Any, parallel_tool_calls: bool = True,
@@ -142,13 +179,13 @@ def around_structure_constraint(original: Callable, parser: Any, tool_choice: An
 
 
 def tool_tag(fmt_name: str, tools: list[dict], tool_choice: Any, parallel_tool_calls: bool, reasoning: bool,
-             settings: Any) -> ToolTag | None:
+             settings: Any, answer: dict | bool | None = None) -> ToolTag | None:
     """tagjit's tag for a request SGLang constrains (ConstraintError, a ValueError, on bad tools)."""
     from tagjit.engine import build_tool_tag
 
     # SGLang has decided to constrain; tagjit's own auto-scope policy must not undo that.
     tag = build_tool_tag(fmt_name, tools, tool_choice, parallel_tool_calls, settings.replace(tool_scope="always"),
-                         reasoning=reasoning)
+                         reasoning=reasoning, answer=answer)
     return None if tag is None else ToolTag(tag)
 
 

@@ -27,13 +27,16 @@ The hook (two wraps, idempotent)
     ``--tool-strict-level`` (the composed parser's ``tool_strict_level``) maps onto tagjit's tool scope and
     argument-schema mode (``strict_level_settings``); unset keeps tagjit's own settings.
     Reasoning is gated by the engine (tagjit's grammar starts after the reasoning end token), so
-    the tag is built without the think prefix. A request that also carries its own
-    ``response_format`` keeps vLLM's handling under ``tool_choice`` auto or none.
+    the tag is built without the think prefix.
+    An agent request (tools and a JSON ``response_format``): under ``auto`` the tag is calls or exactly one JSON
+    answer under the schema; under ``required`` or a named tool, calls only (the answer belongs to the turn after the
+    tool results); under ``none`` vLLM's own JSON handling. Other output constraints keep vLLM's handling.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from typing import Any
 
@@ -174,18 +177,22 @@ def apply_tool_tag(fmt_name: str, request: Any, fallback: Any, strict_level: Any
     choice = _dump_tool_choice_for_xgrammar(request.tool_choice)
     if isinstance(choice, dict) and choice.get("type") not in (None, "function"):
         return fallback()  # allowed_tools and builtin tool choices: vLLM's own handling
-    user_format = request.extract_structured_outputs() is not None
-    if user_format and (choice in (None, "auto", "none")):
-        return fallback()
+    user_format = request.extract_structured_outputs()
+    answer = None
+    if user_format is not None and choice in (None, "auto", "none"):
+        answer = answer_schema(user_format)
+        if answer is None or choice == "none":  # other constraints, and a JSON answer alone: vLLM's own handling
+            return fallback()
     from .patches import server_settings
 
     settings = strict_level_settings(server_settings(), strict_level)
     tools = [_tool_dict(t, _dump_tool_for_xgrammar) for t in request.tools]
     try:
         text = build_tool_tag_json(load_format(fmt_name), tools, choice, request.parallel_tool_calls is not False,
-                                   settings)
+                                   settings, answer=answer)
     except ConstraintError as e:
-        raise VLLMValidationError(str(e), parameter="tools") from None
+        raise VLLMValidationError(str(e), parameter="response_format" if str(e).startswith("response_format")
+                                  else "tools") from None
     if text is None:
         return request
     # Every schema in it was just checked; building the whole tag again to validate it costs ~60 ms at 200 tools.
@@ -196,6 +203,22 @@ def apply_tool_tag(fmt_name: str, request: Any, fallback: Any, strict_level: Any
     else:
         request.response_format = None
     return request
+
+
+def answer_schema(params: Any) -> dict | bool | None:
+    """The JSON schema of a request's own structured output when it is a JSON answer (``response_format``
+    json_schema or json_object), else None (regex, choice, grammar and tags keep vLLM's handling)."""
+    if params.json_object:
+        return {"type": "object"}
+    if params.json is None or any(v is not None for v in (params.regex, params.choice, params.grammar,
+                                                          params.structural_tag)):
+        return None
+    if not isinstance(params.json, str):
+        return params.json
+    try:
+        return json.loads(params.json)
+    except ValueError:  # vLLM's own handling reports it
+        return None
 
 
 def _tool_dict(tool: Any, dump: Any) -> dict:

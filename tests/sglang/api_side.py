@@ -105,11 +105,12 @@ def http_error(tool_call_parser: str, tools: list[dict], tool_choice: Any = "aut
     return {"status": response.status_code, "message": body.get("message"), "type": body.get("type")}
 
 
-def generate_and_parse(tool_call_parser: str, tools: list[dict], tool_choice: Any, output: str) -> dict:
+def generate_and_parse(tool_call_parser: str, tools: list[dict], tool_choice: Any, output: str, **fields: Any) -> dict:
     """The request's structural tag, compiled by tagjit through SGLang's GrammarManager, takes ``output``
-    token by token (then EOS); SGLang's response path then reads the tool calls from that output."""
+    token by token (then EOS); SGLang's response path then reads the tool calls from that output (``parses``:
+    whether that path runs the tool parser at all, as it does not for a JSON response format)."""
     handler = serving(tool_call_parser)
-    request = chat_request(tools, tool_choice)
+    request = chat_request(tools, tool_choice, **fields)
     adapted, request = handler._convert_to_internal_request(request)
     tag = adapted.sampling_params["structural_tag"]
     req = S.request("tools", prompt_tokens=64, structural_tag=tag)
@@ -122,7 +123,8 @@ def generate_and_parse(tool_call_parser: str, tools: list[dict], tool_choice: An
     calls = [{"name": c.function.name, "arguments": json.loads(c.function.arguments)}
              for c in parsed.tool_calls or []]
     return {"grammar": type(grammar).__name__, "error": error, "terminated": grammar.is_terminated(),
-            "calls": calls, "finish": parsed.finish_reason["type"]}
+            "calls": calls, "finish": parsed.finish_reason["type"], "content": parsed.remaining_text,
+            "parses": not request._response_parser_json_response_format}
 
 
 def sglang_own_constraint(tool_call_parser: str, tools: list[dict], tool_choice: Any = "auto",

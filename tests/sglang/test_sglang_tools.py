@@ -167,6 +167,49 @@ def test_the_tag_refuses_a_call_outside_tools_before_sglang_sees_it(api, tools):
     assert got["error"] is not None and not got["terminated"]
 
 
+# -- agent requests: tools and a JSON response_format ----------------------------------------------
+
+ANSWER = {"type": "object", "properties": {"done": {"type": "boolean"}}, "required": ["done"]}
+JSON_ANSWER = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER}}
+
+
+def test_auto_with_a_json_answer_gets_tagjits_calls_or_answer_tag(api, tools):
+    got = api("sampling_constraint", "qwen25", tools, "auto", response_format=JSON_ANSWER)
+    assert got == {"structural_tag": build_tool_tag("qwen25", tools, "auto", True, get_settings(), answer=ANSWER)}
+
+
+def test_auto_with_a_json_object_answer_takes_any_object(api, tools):
+    got = api("sampling_constraint", "hermes", tools, "auto", response_format={"type": "json_object"})
+    assert got == {"structural_tag": build_tool_tag("hermes", tools, "auto", True, get_settings(),
+                                                    answer={"type": "object"})}
+
+
+def test_required_with_a_json_answer_gets_the_calls_tag_where_sglang_alone_refuses(api, tools):
+    got = api("sampling_constraint", "qwen25", tools, "required", response_format=JSON_ANSWER)
+    assert got == {"structural_tag": build_tool_tag("qwen25", tools, "required", True, get_settings())}
+
+
+def test_none_with_a_json_answer_keeps_sglangs_json_answer(api, tools):
+    got = api("sampling_constraint", "qwen25", tools, "none", response_format=JSON_ANSWER)
+    assert got == {"json_schema": ANSWER}
+
+
+def test_an_agent_answer_is_read_as_content_and_a_call_as_a_call(api, tools):
+    tool = tools[0]  # calculate_triangle_area(base: int, height: int, unit: str)
+    call = f'<tool_call>\n{{"name": "{tool["function"]["name"]}", "arguments": {{"base": 3, "height": 4}}}}\n</tool_call>'
+    got = api("generate_and_parse", "qwen25", tools, "auto", call, response_format=JSON_ANSWER)
+    assert got["error"] is None and got["terminated"] and got["parses"]
+    assert got["calls"] == [{"name": tool["function"]["name"], "arguments": {"base": 3, "height": 4}}]
+    got = api("generate_and_parse", "qwen25", tools, "auto", '{"done": true}', response_format=JSON_ANSWER)
+    assert got["error"] is None and got["terminated"] and got["parses"]
+    assert got["calls"] == [] and json.loads(got["content"]) == {"done": True}
+
+
+def test_an_agent_answer_outside_the_schema_is_refused_by_the_grammar(api, tools):
+    got = api("generate_and_parse", "qwen25", tools, "auto", 'Done: {"done": true}', response_format=JSON_ANSWER)
+    assert got["error"] is not None
+
+
 # -- round trips through SGLang's own tool parsers --------------------------------------------------
 
 SGLANG_PARSERS = list(dict.fromkeys(p for n in format_names() for p in load_format(n).sglang_tool_parsers))

@@ -67,13 +67,23 @@ RELAX_KEYWORD = "x-tagjit-relax"
 
 
 def _json(c: Constraint, s: Settings) -> tuple[Built, tuple[Relaxation, ...]]:
-    schema = schema_mod.parse_schema(c.source)
+    built, _, steps = _relaxed(schema_mod.parse_schema(c.source), s)
+    return built, steps
+
+
+def enforced_schema(schema: dict | bool, settings: Settings) -> tuple[dict | bool, tuple[Relaxation, ...]]:
+    """A non-tool schema as tagjit enforces it: itself, or the relaxation the server or the schema opted into
+    (UnsupportedFeatureError naming the feature and the opt-in otherwise)."""
+    _, loose, steps = _relaxed(schema, settings)
+    return loose, steps
+
+
+def _relaxed(schema: dict | bool, s: Settings) -> tuple[Built, Any, tuple[Relaxation, ...]]:
     names = relax_names(s.relax) + _requested_relaxations(schema)
     try:
         if not names:
-            return json_schema_grammar(schema, s), ()
-        built, _, steps = relax(schema, lambda x: json_schema_grammar(x, s), allowed_by(names))
-        return built, steps
+            return json_schema_grammar(schema, s), schema, ()
+        return relax(schema, lambda x: json_schema_grammar(x, s), allowed_by(names))
     except UnsupportedFeatureError as e:
         name = family(e.feature)
         e.args = (f"{e}; it can be enforced loosely as the relaxation {name!r}: TAGJIT_RELAX={name} on the server "

@@ -14,6 +14,7 @@ from tagjit.errors import ConstraintError, EmptySchemaError, UnsupportedFeatureE
 from tagjit import report
 from tagjit.schema.relax import Relaxation, relax
 from tagjit.build.ebnf import TAG_WHITESPACE_BOUND
+from tagjit.build.grammars import enforced_schema
 from tagjit.settings import Settings, get_settings
 from tagjit.constraint import compact_json
 from tagjit.tools.formats import NAME_FORBIDDEN, ToolFormat, load_format
@@ -25,6 +26,8 @@ _UNCALLABLE: dict[tuple[str, str, str, Settings], str] = {}
 _UNCALLABLE_MAX = 4096
 # Tools served by a relaxation: the same key -> (their call tags' JSON text, the steps). Bounded the same way.
 _RELAXED: dict[tuple[str, str, str, Settings], tuple[str, tuple[Relaxation, ...]]] = {}
+# Final-answer schemas: (schema text, settings) -> (the answer content's JSON text, the relaxations it took).
+_ANSWERS: dict[tuple[str, Settings], tuple[str, tuple[Relaxation, ...]]] = {}
 
 
 # -- the request's tools -------------------------------------------------------------------------
@@ -173,6 +176,34 @@ def _tool_tags_json(fmt: ToolFormat, name: str, schema_json: str, settings: Sett
     return hit[0]
 
 
+def answer_content(schema: dict | bool, settings: Settings) -> dict:
+    """The final answer of an agent request: exactly one JSON value under its ``response_format`` schema, which is
+    refused by feature (or relaxed where the server or the schema opted in, reported) as a plain response_format is."""
+    return json.loads(_answer_json(schema, settings))
+
+
+def _answer_json(schema: dict | bool, settings: Settings) -> str:
+    key = (compact_json(schema), settings)
+    hit = _ANSWERS.get(key)
+    if hit is None:
+        try:
+            loose, steps = enforced_schema(schema, settings)
+        except ConstraintError as e:
+            e.args = (f"response_format: {e}",)
+            raise
+        node: dict[str, Any] = {"type": "json_schema", "json_schema": loose}
+        if TAG_WHITESPACE_BOUND and settings.max_whitespace is not None:
+            node["max_whitespace_cnt"] = settings.max_whitespace
+        hit = (compact_json(node), steps)
+        if len(_ANSWERS) < _UNCALLABLE_MAX:
+            _ANSWERS[key] = hit
+        if steps:
+            log.warning("tagjit: response_format schema enforced loosely, as the server or the schema allowed: %s",
+                        "; ".join(map(str, steps)))
+    report.record("response_format", "schema", hit[1])
+    return hit[0]
+
+
 def _end(end: str | tuple[str, ...]) -> str | list[str]:
     return list(end) if isinstance(end, tuple) else end
 
@@ -214,10 +245,19 @@ def _message_tags(fmt: ToolFormat, reasoning: bool) -> list[dict]:
     return msgs
 
 
-def _messages_layout(fmt: ToolFormat, kind: ToolChoice, tags: list[dict], single: bool, reasoning: bool) -> dict:
-    """Harmony-style output: a series of messages joined by the separator; calls are messages."""
+def _messages_layout(fmt: ToolFormat, kind: ToolChoice, tags: list[dict], single: bool, reasoning: bool,
+                     answer: Any = None) -> dict:
+    """Harmony-style output: a series of messages joined by the separator; calls are messages. With an ``answer``
+    (content of the final message), reasoning messages may lead, then calls or that one final message."""
     msgs = _message_tags(fmt, reasoning)
     sep = fmt.separator
+    if answer is not None:
+        if not fmt.messages:
+            raise ConstraintError(f"format {fmt.name!r} has no final message to carry a response_format answer")
+        last = [{"type": "tag", "begin": m.begin, "content": answer, "end": _end(m.end)} for m in fmt.messages]
+        if tags:
+            last.insert(0, _calls_block(fmt, tags, True, single))
+        return _after_thinking(fmt, msgs, last[0] if len(last) == 1 else {"type": "or", "elements": last})
     if kind == "none":
         return {"type": "tags_with_separator", "tags": msgs, "separator": sep}
     if kind == "auto" and not single:
@@ -229,12 +269,18 @@ def _messages_layout(fmt: ToolFormat, kind: ToolChoice, tags: list[dict], single
             {"type": "tags_with_separator", "tags": msgs, "separator": sep}, calls,
             {"type": "sequence", "elements": [lead, {"type": "const_string", "value": sep}, calls]}]}
     # required / named: reasoning messages may come first, text messages may not.
+    return _after_thinking(fmt, msgs, calls)
+
+
+def _after_thinking(fmt: ToolFormat, msgs: list[dict], body: dict) -> dict:
+    """``body``, optionally after reasoning messages (those among ``msgs``) and a separator."""
     thinking = [m for m in msgs if fmt.think_start is not None and m["begin"] == fmt.think_start]
     if not thinking:
-        return calls
+        return body
+    sep = fmt.separator
     lead = {"type": "tags_with_separator", "tags": thinking, "separator": sep, "at_least_one": True}
     return {"type": "or", "elements": [
-        calls, {"type": "sequence", "elements": [lead, {"type": "const_string", "value": sep}, calls]}]}
+        body, {"type": "sequence", "elements": [lead, {"type": "const_string", "value": sep}, body]}]}
 
 
 def _with_reasoning(fmt: ToolFormat, body: dict, reasoning: bool, reasoning_started: bool) -> dict:
@@ -267,26 +313,33 @@ def applies(kind: ToolChoice, tools: Sequence[Tool], parallel_tool_calls: bool, 
 
 def build_tool_tag(fmt: ToolFormat | str, tools: Sequence[Mapping[str, Any]] | None, tool_choice: Any = "auto",
                    parallel_tool_calls: bool = True, settings: Settings | None = None, *,
-                   reasoning: bool = False, reasoning_started: bool = False) -> dict | None:
+                   reasoning: bool = False, reasoning_started: bool = False,
+                   answer: dict | bool | None = None) -> dict | None:
     """The structural tag for a request's tool calls in ``fmt``, or None when no constraint applies.
 
     ``reasoning``: the output begins with a reasoning block (free text up to the format's think end);
     ``reasoning_started``: the prompt already opened that block, so only its end is expected. An
     engine that gates reasoning itself (vLLM with a reasoning parser) passes neither.
+    ``answer``: the schema of the final answer a request asks for beside its tools (``response_format``): under
+    ``auto`` the output is tool calls or exactly one JSON value under it, under ``none`` that value only;
+    ``required`` and named choices ignore it (the answer belongs to the turn after the tool results).
     """
     text = build_tool_tag_json(fmt, tools, tool_choice, parallel_tool_calls, settings, reasoning=reasoning,
-                               reasoning_started=reasoning_started)
+                               reasoning_started=reasoning_started, answer=answer)
     return None if text is None else json.loads(text)
 
 
 # Stands for all call tags in a tag's skeleton; the serialised skeleton gets their memoised texts in its place.
 _CALLS = "\x00tagjit:calls\x00"
 _CALLS_JSON = compact_json(_CALLS)
+_ANSWER = "\x00tagjit:answer\x00"
+_ANSWER_JSON = compact_json(_ANSWER)
 
 
 def build_tool_tag_json(fmt: ToolFormat | str, tools: Sequence[Mapping[str, Any]] | None, tool_choice: Any = "auto",
                         parallel_tool_calls: bool = True, settings: Settings | None = None, *,
-                        reasoning: bool = False, reasoning_started: bool = False) -> str | None:
+                        reasoning: bool = False, reasoning_started: bool = False,
+                        answer: dict | bool | None = None) -> str | None:
     """``build_tool_tag`` as canonical JSON text (``spec.compact_json``), assembled from per-tool texts memoised
     across requests: no per-request parse or dump of the tools' schemas."""
     if isinstance(fmt, str):
@@ -303,45 +356,50 @@ def build_tool_tag_json(fmt: ToolFormat | str, tools: Sequence[Mapping[str, Any]
             names = ", ".join(t.name for t in function_tools[:20])
             raise ConstraintError(f"tool_choice names function {wanted!r}, which is not in tools ({names})")
         function_tools = chosen
-    if not function_tools or not applies(kind, function_tools, parallel_tool_calls, settings.tool_scope):
+    if kind in ("required", "named"):
+        answer = None
+    if answer is None and (not function_tools
+                           or not applies(kind, function_tools, parallel_tool_calls, settings.tool_scope)):
         return None
+    answer_text = None if answer is None else _answer_json(answer, settings)
 
     parts: list[str] = []  # per tool, its call tags' JSON text, memoised across requests
-    if kind == "none":
-        if fmt.layout == "messages":
-            body = _messages_layout(fmt, kind, [], True, reasoning)
-        else:
-            body = _text(list(fmt.text_excludes) + list(fmt.openings))
+    uncallable: list[str] = []
+    for t in function_tools if kind != "none" else ():
+        schema = t.parameters if constrains_arguments(t, settings.tool_schema_mode) else None
+        schema_json = compact_json(schema)
+        why = _UNCALLABLE.get((fmt.name, t.name, schema_json, settings))
+        if why is None:
+            try:
+                parts.append(_tool_tags_json(fmt, t.name, schema_json, settings, schema)[1:-1])  # its items
+                continue
+            except EmptySchemaError as e:  # no call of it can be valid: the other tools still can be called
+                why = f"tool {t.name!r}: {e}"
+                if len(_UNCALLABLE) < _UNCALLABLE_MAX:
+                    _UNCALLABLE[(fmt.name, t.name, schema_json, settings)] = why
+                log.warning("tagjit: %s; the tool is left out of the call syntax", why)
+            except ConstraintError as e:  # keep the subclass (UnsupportedFeatureError), name the tool
+                e.args = (f"tool {t.name!r}: {e}",)
+                raise
+        uncallable.append(why)
+        report.record(f"tool {t.name!r}", "tool", [Relaxation("uncallable", "#", why)])
+    if uncallable and not parts and answer is None:
+        raise EmptySchemaError("; ".join(uncallable) + " (no tool can be called)")
+    tags = [_CALLS] if parts else []
+    single = kind == "named" or not parallel_tool_calls
+    final = None if answer is None else _ANSWER
+    if fmt.layout == "messages":
+        body = _messages_layout(fmt, kind, tags, single, reasoning, final)
+    elif final is not None:  # calls only (no text around them), or the answer
+        body = final if not tags else {"type": "or", "elements": [_forced(fmt, tags, single), final]}
+    elif kind == "none":
+        body = _text(list(fmt.text_excludes) + list(fmt.openings))
+    elif kind == "auto":
+        body = _auto(fmt, tags, single)
     else:
-        uncallable: list[str] = []
-        for t in function_tools:
-            schema = t.parameters if constrains_arguments(t, settings.tool_schema_mode) else None
-            schema_json = compact_json(schema)
-            why = _UNCALLABLE.get((fmt.name, t.name, schema_json, settings))
-            if why is None:
-                try:
-                    parts.append(_tool_tags_json(fmt, t.name, schema_json, settings, schema)[1:-1])  # its items
-                    continue
-                except EmptySchemaError as e:  # no call of it can be valid: the other tools still can be called
-                    why = f"tool {t.name!r}: {e}"
-                    if len(_UNCALLABLE) < _UNCALLABLE_MAX:
-                        _UNCALLABLE[(fmt.name, t.name, schema_json, settings)] = why
-                    log.warning("tagjit: %s; the tool is left out of the call syntax", why)
-                except ConstraintError as e:  # keep the subclass (UnsupportedFeatureError), name the tool
-                    e.args = (f"tool {t.name!r}: {e}",)
-                    raise
-            uncallable.append(why)
-            report.record(f"tool {t.name!r}", "tool", [Relaxation("uncallable", "#", why)])
-        if not parts:
-            raise EmptySchemaError("; ".join(uncallable) + " (no tool can be called)")
-        tags = [_CALLS]
-        single = kind == "named" or not parallel_tool_calls
-        if fmt.layout == "messages":
-            body = _messages_layout(fmt, kind, tags, single, reasoning)
-        elif kind == "auto":
-            body = _auto(fmt, tags, single)
-        else:
-            body = _forced(fmt, tags, single)
+        body = _forced(fmt, tags, single)
     body = _with_reasoning(fmt, body, reasoning, reasoning_started)
     skeleton = compact_json({"type": "structural_tag", "format": body})
-    return skeleton.replace(_CALLS_JSON, ",".join(parts)) if parts else skeleton
+    if parts:
+        skeleton = skeleton.replace(_CALLS_JSON, ",".join(parts))
+    return skeleton if answer_text is None else skeleton.replace(_ANSWER_JSON, answer_text)
