@@ -13,8 +13,11 @@ started cold for the size:
 tagjit's time includes building the structural tag from the tools (``build_tool_tag``) and the cache
 look-ups; xgrammar's starts from the same tag JSON. Median of ``--repeat`` runs; ratio = tagjit / xgrammar.
 A tagjit row also reports the first mask of the new combination (memoised per automaton state after).
+``--choice``: ``required`` (calls only), ``agent`` (``auto`` with a JSON final answer beside the tools: calls or the
+answer) or ``auto-strict`` (``auto`` with every tool strict: free text and calls, which compiles the whole tag).
 
-    python benchmarks/tool_combinations.py [--sizes 10,50,200] [--repeat 3] [--format hermes] [--json out.json]
+    python benchmarks/tool_combinations.py [--sizes 10,50,200] [--repeat 3] [--format hermes] [--choice required]
+        [--json out.json]
 """
 
 from __future__ import annotations
@@ -41,6 +44,22 @@ from tagjit.tools import build_tool_tag  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 CASES = ("cold", "same", "new_combination", "half_new")
+CHOICES = ("required", "agent", "auto-strict")
+# The final answer of the agent requests: a small report, as agent frameworks declare an output type.
+ANSWER = {"type": "object", "properties": {"verdict": {"type": "string", "enum": ["resolved", "escalate"]},
+                                           "summary": {"type": "string"},
+                                           "ticket_ids": {"type": "array", "items": {"type": "integer"}}},
+          "required": ["verdict", "summary"]}
+
+
+def tag_for(fmt: str, tools: list[dict], choice: str, settings: Settings) -> dict:
+    """The request's tag under one of CHOICES."""
+    if choice == "agent":
+        return build_tool_tag(fmt, tools, "auto", True, settings, answer=ANSWER)
+    if choice == "auto-strict":
+        strict = [{**t, "function": {**t["function"], "strict": True}} for t in tools]
+        return build_tool_tag(fmt, strict, "auto", True, settings)
+    return build_tool_tag(fmt, tools, "required", True, settings)
 
 
 def requests(tools: list[dict], n: int) -> list[list[dict]]:
@@ -53,7 +72,8 @@ def ms(start: float) -> float:
     return (time.perf_counter() - start) * 1000
 
 
-def run_tagjit(info: xgr.TokenizerInfo, lists: list[list[dict]], fmt: str, threads: int) -> tuple[list[float], float]:
+def run_tagjit(info: xgr.TokenizerInfo, lists: list[list[dict]], fmt: str, threads: int,
+               choice: str = "required") -> tuple[list[float], float]:
     """Milliseconds per request (tag build + compile) and the first mask of the new combination."""
     settings = Settings(xgrammar_threads=threads)
     svc = CompileService(info, settings)
@@ -61,7 +81,7 @@ def run_tagjit(info: xgr.TokenizerInfo, lists: list[list[dict]], fmt: str, threa
     try:
         for i, tools in enumerate(lists):
             t = time.perf_counter()
-            compiled = svc.compile(Constraint.of("structural_tag", build_tool_tag(fmt, tools, "required", True, settings)))
+            compiled = svc.compile(Constraint.of("structural_tag", tag_for(fmt, tools, choice, settings)))
             out.append(ms(t))
             if i == 2:
                 matcher = compiled.new_matcher()
@@ -74,11 +94,12 @@ def run_tagjit(info: xgr.TokenizerInfo, lists: list[list[dict]], fmt: str, threa
     return out, first_mask
 
 
-def run_xgrammar(info: xgr.TokenizerInfo, lists: list[list[dict]], fmt: str, threads: int) -> list[float]:
+def run_xgrammar(info: xgr.TokenizerInfo, lists: list[list[dict]], fmt: str, threads: int,
+                 choice: str = "required") -> list[float]:
     """Milliseconds per request for xgrammar's full compile of the same tags."""
     settings = Settings()
     compiler = xgr.GrammarCompiler(info, max_threads=threads, cache_enabled=True, cache_limit_bytes=settings.cache_bytes)
-    tags = [json.dumps(build_tool_tag(fmt, tools, "required", True, settings)) for tools in lists]
+    tags = [json.dumps(tag_for(fmt, tools, choice, settings)) for tools in lists]
     out = []
     for tag in tags:
         t = time.perf_counter()
@@ -93,6 +114,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="10,50,200")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--format", default="hermes")
+    ap.add_argument("--choice", default="required", choices=CHOICES)
     ap.add_argument("--threads", type=int, default=2, help="xgrammar compile threads, both sides")
     ap.add_argument("--json", help="write the rows as JSON here")
     args = ap.parse_args()
@@ -103,8 +125,8 @@ def main() -> None:
     rows = []
     for n in sizes:
         lists = requests(all_tools, n)
-        tj = [run_tagjit(info, lists, args.format, args.threads) for _ in range(args.repeat)]
-        xg = [run_xgrammar(info, lists, args.format, args.threads) for _ in range(args.repeat)]
+        tj = [run_tagjit(info, lists, args.format, args.threads, args.choice) for _ in range(args.repeat)]
+        xg = [run_xgrammar(info, lists, args.format, args.threads, args.choice) for _ in range(args.repeat)]
         for i, case in enumerate(CASES):
             row = {"tools": n, "case": case,
                    "tagjit_ms": statistics.median(r[0][i] for r in tj),
@@ -114,7 +136,7 @@ def main() -> None:
                 row["tagjit_first_mask_ms"] = statistics.median(r[1] for r in tj)
             rows.append(row)
 
-    print(f"tool-call tag compile ({args.format}, tool_choice=required), {info.vocab_size}-token vocabulary, "
+    print(f"tool-call tag compile ({args.format}, {args.choice}), {info.vocab_size}-token vocabulary, "
           f"median of {args.repeat}; ratio = tagjit composite / xgrammar full compile")
     print(f"{'tools':>5} {'case':<16} | {'tagjit':>9} {'xgrammar':>9} {'ratio':>6} | first mask")
     for r in rows:
@@ -124,6 +146,7 @@ def main() -> None:
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"benchmark": "tool_combinations", "format": args.format,
+                                               "choice": args.choice,
                                                "vocab_size": info.vocab_size, "repeat": args.repeat,
                                                "rows": rows}, indent=2))
 

@@ -434,3 +434,85 @@ def test_grammar_copy_and_reset_work_on_a_composite(svc, info):
     g.reset()
     assert g.accept_tokens(tokens) and fresh.accept_tokens(tokens)
     assert g.is_completed() and fresh.is_completed()
+
+
+# -- agent requests: calls or a bare JSON answer ---------------------------------------------------
+
+ANSWER = {"type": "object", "properties": {"verdict": {"type": "string", "enum": ["resolved", "escalate"]},
+                                           "notes": {"type": "array", "items": {"type": "string"}}},
+          "required": ["verdict"]}
+
+
+def agent_tag(fmt: str, tools: list[dict], parallel: bool = True, answer: dict = ANSWER) -> Constraint:
+    return Constraint.of("structural_tag", build_tool_tag(load_format(fmt), tools, "auto", parallel, Settings(),
+                                                          answer=answer))
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "qwen25", "deepseek_v31", "mistral", "gpt_oss"])
+@pytest.mark.parametrize("prefix", ["", '{"verdict": "resolved", "notes": ["a}', "call"])
+def test_calls_or_an_answer_compile_in_parts_with_the_whole_tags_masks(svc, info, fmt, prefix):
+    tools = TOOLS[:8]
+    twin = Twin(svc, agent_tag(fmt, tools))
+    f = load_format(fmt)
+    if prefix == "call":
+        prefix = (f.forced_prefix + (f.wrapper[0] if f.wrapper else "") if f.layout == "triggered" else "") + \
+            f.render_begin(tools[3]["function"]["name"])
+    elif prefix and f.layout == "messages":
+        prefix = f.messages[0].begin + prefix
+    try:
+        Walker(info).walk(twin, prefix=prefix, closers=CLOSERS + ("<|return|>", "<|call|>"), max_tokens=200)
+    except WalkError as e:
+        assert "did not finish" in str(e)
+    assert twin.masks > 3
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_calls_or_an_answer_keep_the_whole_tags_masks_on_random_walks_with_rollbacks(svc, info, seed):
+    rng = random.Random(seed)
+    twin = Twin(svc, agent_tag("hermes", TOOLS[:10], parallel=seed % 2 == 0))
+    vocab, stops = token_bytes(info), set(info.stop_token_ids)
+    accepted = 0
+    for _ in range(60):
+        allowed = [t for t in np.nonzero(np.unpackbits(twin.check_mask().view(np.uint8), bitorder="little"))[0]
+                   if t < info.vocab_size and t not in stops]
+        if not allowed:
+            break
+        crossing = [t for t in allowed if any(c in vocab[t] for c in (b"}", b"{", b"<", b'"'))]
+        assert twin.accept_token(int(rng.choice(crossing if crossing and rng.random() < 0.6 else allowed)))
+        accepted += 1
+        if accepted >= 3 and rng.random() < 0.2:
+            twin.rollback(2)
+            accepted -= 2
+        twin.is_completed()
+
+
+def test_an_answer_the_first_byte_cannot_tell_from_a_call_keeps_the_whole_tag(svc):
+    # llama3_json calls are bare JSON objects too: '{' may begin either.
+    assert svc.compile(agent_tag("llama3_json", TOOLS[:4])).composite is None
+
+
+def test_an_answer_is_one_unit_reused_across_tool_combinations(info):
+    svc = CompileService(info, UNHURRIED)
+    try:
+        assert svc.compile(agent_tag("hermes", TOOLS[:6])).composite is not None
+        before = len(svc.units)
+        assert svc.compile(agent_tag("hermes", list(reversed(TOOLS[:6]))[:-1])).composite is not None
+        assert len(svc.units) == before == 7
+    finally:
+        svc.close()
+
+
+def test_answer_texts_are_accepted_and_rejected_like_the_whole_tag(svc):
+    c = agent_tag("hermes", TOOLS[:6])
+    good, _, _ = call("hermes", TOOLS[0], '{"base": 10, "height": 5}')
+    texts = ['{"verdict": "resolved"}', '{"verdict": "resolved", "notes": ["x}"]}', '{"verdict": "maybe"}',
+             'Text {"verdict": "resolved"}', '{"verdict": "resolved"} ', good, good + '{"verdict": "resolved"}',
+             '{"verdict": "resolved"}' + good, '{"verdict": "resolved"']
+    compiled = svc.compile(c)
+    verdicts = []
+    for text in texts:
+        ours, ref = compiled.new_matcher(), full_matcher(svc, c)
+        mine = (ours.accept_string(text), ours.is_completed())
+        assert mine == (ref.accept_string(text), ref.is_completed()), text
+        verdicts.append(mine)
+    assert verdicts.count((True, True)) == 3

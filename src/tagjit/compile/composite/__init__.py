@@ -12,7 +12,10 @@ that cost is the begin literals with the tool names. A tag of the tool-call shap
   key, so the same tool in any other combination is a cache hit.
 
 Contents must be JSON-style schemas (with regexes and constants around them, as for ``{index}`` formats);
-XML argument styles, raw grammars and free text keep the whole-tag compile (``plan`` returns None).
+XML argument styles, raw grammars and free text keep the whole-tag compile (``plan`` returns None). A JSON value
+outside any tag (an agent request's final answer beside its calls) is a unit too, a *bare* one: no begin literal
+leads to it, its own first byte enters it, so no literal beside it may begin with a byte it may begin with
+(llama3_json's calls are bare JSON objects as well: that tag compiles whole).
 
 A composite matcher runs the automaton until a begin literal completes, then that tag's unit matcher
 until it completes, then the automaton again. A token may straddle a boundary (``": {"``, ``"}}"``): the

@@ -16,7 +16,7 @@ from tagjit import metrics
 from tagjit.build.grammars import build_grammar, legacy_to_format
 from tagjit.compile.cache import LRUCache
 from tagjit.compile.composite.matcher import CompositeGrammar, Unit, make_unit
-from tagjit.compile.composite.plan import plan
+from tagjit.compile.composite.plan import Ambiguous, plan
 from tagjit.compile.composite.vocab import vocab_index
 from tagjit.constraint import Constraint, Kind
 from tagjit.errors import ConstraintError
@@ -54,9 +54,12 @@ class CompositeAssembler:
         except ConstraintError:
             metrics.ERRORS.labels(constraint.kind.value).inc()
             raise
-        cg = CompositeGrammar(p, units, vocab_index(self.tokenizer_info),
-                              full=lambda: self.compiler.compile_grammar(
-                                  build_grammar(constraint, self.settings).grammar))
+        try:
+            cg = CompositeGrammar(p, units, vocab_index(self.tokenizer_info),
+                                  full=lambda: self.compiler.compile_grammar(
+                                      build_grammar(constraint, self.settings).grammar))
+        except Ambiguous:  # the first byte cannot tell a bare answer from a call (llama3_json): the whole tag
+            return None
         ms = (time.perf_counter() - start) * 1000
         metrics.COMPILE_MS.labels(constraint.kind.value).observe(ms)
         if self._background is not None:

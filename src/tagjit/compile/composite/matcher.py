@@ -59,7 +59,8 @@ class CompositeGrammar:
         self._state_ids: dict[frozenset, int] = {}
         self._states: list[frozenset] = []
         self._trans: list[dict[int, int]] = []
-        self._meta: list[tuple[int, bool, bytes]] = []  # (hole edge or -1, final, next bytes)
+        # (hole edge or -1, final, next bytes, bare hole edge or -1: a unit its first byte enters, beside the literals)
+        self._meta: list[tuple[int, bool, bytes, int]] = []
         self._masks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._hole_sims: dict[tuple[int, bytes], bool] = {}
         self._outer_sims: dict[tuple[int, bytes], bool] = {}
@@ -97,14 +98,19 @@ class CompositeGrammar:
             return sid
         p = self.plan
         holes = [e for e, k in positions if e >= 0 and p.edge_lit[e] is None]
-        if holes and len(positions) > 1:
-            raise Ambiguous("a begin literal completes where the outer text could also go on")
         nxt = bytes(sorted({p.edge_lit[e][k] for e, k in positions if e >= 0 and p.edge_lit[e] is not None}))
+        bare = -1
+        if len(holes) == 1 and p.edge_bare[holes[0]]:
+            if self.unit_of(holes[0]).first & set(nxt):
+                raise Ambiguous("a bare unit may begin with a byte that a literal beside it begins with")
+            bare, holes = holes[0], []
+        elif holes and len(positions) > 1:
+            raise Ambiguous("a begin literal completes where the outer text could also go on")
         sid = len(self._states)
         self._state_ids[positions] = sid
         self._states.append(positions)
         self._trans.append({})
-        self._meta.append((holes[0] if holes else -1, FINAL in positions, nxt))
+        self._meta.append((holes[0] if holes else -1, FINAL in positions, nxt, bare))
         return sid
 
     def step(self, sid: int, byte: int) -> int:
@@ -131,6 +137,15 @@ class CompositeGrammar:
         """The hole edge a state stands before (a begin literal just completed), or -1."""
         return self._meta[sid][0]
 
+    def bare(self, sid: int) -> int:
+        """The bare hole edge beside a state's literals (entered by its unit's first byte), or -1."""
+        return self._meta[sid][3]
+
+    def entered(self, sid: int, byte: int) -> int:
+        """The bare hole edge that ``byte`` enters from state sid, or -1 (the byte stays in the outer text)."""
+        b = self._meta[sid][3]
+        return b if b >= 0 and byte in self.unit_of(b).first else -1
+
     def is_final(self, sid: int) -> bool:
         """Whether the outer text may end here."""
         return self._meta[sid][1]
@@ -150,9 +165,9 @@ class CompositeGrammar:
         if hit is None:
             sid = self.after(edge)
             nxt = set(self._meta[sid][2])
-            h = self.hole(sid)
-            if h >= 0:
-                nxt |= self.unit_of(h).first
+            for h in (self.hole(sid), self.bare(sid)):
+                if h >= 0:
+                    nxt |= self.unit_of(h).first
             hit = self._follow[edge] = frozenset(nxt)
         return hit
 
@@ -166,6 +181,8 @@ class CompositeGrammar:
         ok = True
         for i, byte in enumerate(data):
             h = self.hole(sid)
+            if h < 0:
+                h = self.entered(sid, byte)
             if h >= 0:
                 ok = self.accepts_hole(h, data[i:])
                 break
@@ -207,9 +224,18 @@ class CompositeGrammar:
         if hit is not None:
             return hit
         index, allowed = self.index, []
+
+        def enter(path: bytes, h: int) -> None:  # tokens that go on from path into a fresh unit at hole h
+            for c in sorted(self.unit_of(h).first):
+                for tb in index.with_prefix(path + bytes([c])):
+                    if self.accepts_hole(h, tb[len(path):]):
+                        allowed.extend(index.by_bytes[tb])
+
         stack = [(b"", sid)]
         while stack:
             path, s = stack.pop()
+            if self.bare(s) >= 0:
+                enter(path, self.bare(s))
             for byte in self._meta[s][2]:
                 s2 = self.step(s, byte)
                 p2 = path + bytes([byte])
@@ -220,10 +246,7 @@ class CompositeGrammar:
                 if h < 0:
                     stack.append((p2, s2))
                     continue
-                for c in sorted(self.unit_of(h).first):
-                    for tb in index.with_prefix(p2 + bytes([c])):
-                        if self.accepts_hole(h, tb[len(p2):]):
-                            allowed.extend(index.by_bytes[tb])
+                enter(p2, h)
         packed = _pack(np.array(allowed, dtype=np.int64))
         with self._lock:
             self._masks[sid] = packed
@@ -343,6 +366,11 @@ class CompositeMatcher:
         g, pos = self.g, 0
         while pos < len(data):
             frame = self.frame
+            if frame is None and g.entered(self.sid, data[pos]) >= 0:
+                h = g.entered(self.sid, data[pos])
+                self.frame = _Frame(h, xgr.GrammarMatcher(g.unit_of(h).grammar),
+                                    [(0, False, False)] if g.plan.unit_nested[g.plan.edge_unit[h]] else None)
+                continue
             if frame is None:
                 sid = g.step(self.sid, data[pos])
                 if sid < 0:

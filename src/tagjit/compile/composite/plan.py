@@ -9,7 +9,7 @@ from typing import Any
 from tagjit.constraint import compact_json
 
 
-_OUTER_TYPES = {"sequence", "or", "tags_with_separator", "const_string", "tag"}
+_OUTER_TYPES = {"sequence", "or", "tags_with_separator", "const_string", "tag", "json_schema"}
 _JSON_CLOSERS = {"object": b"}", "array": b"]", "string": b'"'}
 FINAL = (-1, 0)
 
@@ -28,6 +28,7 @@ class Plan:
     edge_lit: list[bytes | None] = field(default_factory=list)  # None: a hole
     edge_dst: list[int] = field(default_factory=list)
     edge_unit: list[int] = field(default_factory=list)  # unit index of a hole, else -1
+    edge_bare: list[bool] = field(default_factory=list)  # a hole no begin literal leads to (a bare JSON answer)
     out: list[list[int]] = field(default_factory=list)
     final: int = 0
     units: list[str] = field(default_factory=list)  # unit formats as compact JSON, one per distinct unit
@@ -39,11 +40,12 @@ class Plan:
         self.out.append([])
         return len(self.out) - 1
 
-    def edge(self, src: int, lit: bytes | None, dst: int, unit: int = -1) -> None:
+    def edge(self, src: int, lit: bytes | None, dst: int, unit: int = -1, bare: bool = False) -> None:
         self.edge_src.append(src)
         self.edge_lit.append(lit)
         self.edge_dst.append(dst)
         self.edge_unit.append(unit)
+        self.edge_bare.append(bare)
         self.out[src].append(len(self.edge_lit) - 1)
 
 
@@ -99,6 +101,8 @@ def _build(node: Any, src: int, dst: int, p: Plan, units: dict[str, int]) -> Non
             _build(el, src, dst, p, units)
     elif kind == "tag":
         _build_tag(node, src, dst, p, units)
+    elif kind == "json_schema":
+        _build_bare(node, src, dst, p, units)
     else:
         _build_tws(node, src, dst, p, units)
 
@@ -133,6 +137,26 @@ def _build_tag(node: dict, src: int, dst: int, p: Plan, units: dict[str, int]) -
     _tag_edges(_tag_parts(node, p, units), src, dst, p)
 
 
+def _build_bare(node: dict, src: int, dst: int, p: Plan, units: dict[str, int]) -> None:
+    """A JSON value outside any tag (an agent's final answer): a unit entered by its own first byte, which must
+    tell it from every literal that may come at the same point (the matcher checks, else the whole tag compiles)."""
+    last = _json_closer(node)
+    if last is None or _has_forbidden(node):
+        raise _NoFit
+    p.edge(src, None, dst, unit=_unit_index(node, p, units, nested=last in (b"}", b"]"), last=last), bare=True)
+
+
+def _unit_index(unit_tag: dict, p: Plan, units: dict[str, int], nested: bool, last: bytes | None) -> int:
+    text = compact_json(unit_tag)
+    u = units.get(text)
+    if u is None:
+        u = units[text] = len(p.units)
+        p.units.append(text)
+        p.unit_nested.append(nested)
+        p.unit_last.append(last)
+    return u
+
+
 def _tag_parts(node: dict, p: Plan, units: dict[str, int]) -> tuple[bytes, int, list[bytes]]:
     """(begin, unit index, end literals left in the outer automaton) of one tag."""
     if set(node) - {"type", "begin", "content", "end"}:
@@ -151,13 +175,7 @@ def _tag_parts(node: dict, p: Plan, units: dict[str, int]) -> tuple[bytes, int, 
         # Content and end compile together, so xgrammar settles where the content stops.
         unit_tag = {"type": "sequence", "elements": [content, {"type": "const_string", "value": end}]}
         tail, last = [b""], ends[0][-1:]
-    text = compact_json(unit_tag)
-    u = units.get(text)
-    if u is None:
-        u = units[text] = len(p.units)
-        p.units.append(text)
-        p.unit_nested.append(tail is ends and last in (b"}", b"]"))
-        p.unit_last.append(last)
+    u = _unit_index(unit_tag, p, units, nested=tail is ends and last in (b"}", b"]"), last=last)
     p.begins.append(begin)
     return begin, u, tail
 
