@@ -1,4 +1,6 @@
-"""``pattern`` with ``minLength``/``maxLength`` exactly: a character automaton (interegular) times a length counter.
+"""``pattern`` (and/or ``format``) with ``minLength``/``maxLength`` exactly: a character automaton (interegular)
+times a length counter. A format is its language written as a regex (``format_pattern``); beside a pattern, the two
+automata are intersected.
 
 Match semantics are the ones tagjit gives a plain ``pattern`` (``normalize`` anchors it as ``^[\\s\\S]*(?:p)...$``,
 so JSON Schema's search, "ab" accepts "xaby"): the pattern is searched for in the decoded string, ``^`` and ``$``
@@ -24,6 +26,7 @@ from tagjit.build.ebnf import class_char, complement
 from tagjit.build.numbers import MAX_STATES, minimise
 from tagjit.build.strings import RAW_FORBIDDEN, SHORT_ESCAPES
 from tagjit.errors import EmptySchemaError
+from tagjit.schema.formats import BASE64, SUPPORTED_FORMATS
 
 RULE_PREFIX = "tagjit_pat_"
 _BOS, _EOS = "\ud800", "\ud801"
@@ -241,20 +244,31 @@ def _ranges(codes: set[int]) -> list[tuple[int, int]]:
     return out
 
 
-@lru_cache(maxsize=256)
-def lengths_automaton(pattern: str, lo: int, hi: int | None) -> Lengths:
-    """The minimised automaton of the strings (by code point) that ``pattern`` matches, with ``lo..hi`` characters."""
+def _fsm(pattern: str):
+    """interegular's automaton of the pattern's search language over sentinel-wrapped text."""
     try:
         parsed = interegular.parse_pattern(interegular_pattern(pattern))
         if _size(parsed) > MAX_PATTERN_SIZE:  # interegular would take minutes building it
             raise PatternProblem(f"pattern with repetitions of more than {MAX_PATTERN_SIZE} characters in all")
-        fsm = parsed.to_fsm()
+        return parsed.to_fsm()
     except PatternProblem:
         raise
     except interegular.Unsupported as e:
         raise PatternProblem(f"pattern with {str(e).strip(chr(39)) or 'a construct'} interegular cannot read") from None
     except Exception:  # interegular.InvalidSyntax and its parser's own errors
         raise PatternProblem("pattern interegular cannot parse") from None
+
+
+_TOO_MANY = f"pattern (an automaton of more than {MAX_STATES} states with its lengths)"
+
+
+@lru_cache(maxsize=256)
+def lengths_automaton(pattern: str, lo: int, hi: int | None, also: str | None = None) -> Lengths:
+    """The minimised automaton of the strings (by code point) that ``pattern`` (and ``also``, if given) matches,
+    with ``lo..hi`` characters."""
+    fsm = _fsm(pattern)
+    if also is not None:
+        fsm = fsm & _fsm(also)
     alphabet = fsm.alphabet
     by_key = alphabet.by_transition
     # A sentinel the pattern does not name (no ``$``) shares its class with other characters: read it by its class.
@@ -272,29 +286,85 @@ def lengths_automaton(pattern: str, lo: int, hi: int | None) -> Lengths:
     first = fsm.map.get(fsm.initial, {}).get(k_bos)
     if first is None:
         return Lengths([], [], classes)
+    # The pattern's own automaton over the text between the sentinels, minimised before the lengths multiply it.
+    index = {first: 0}
+    order = [first]
+    base: list[dict[int, int]] = []
+    for s in order:
+        out: dict[int, int] = {}
+        for key, t in fsm.map.get(s, {}).items():
+            if key not in classes:
+                continue
+            if t not in index:
+                if len(order) >= MAX_STATES:
+                    raise PatternProblem(_TOO_MANY)
+                index[t] = len(order)
+                order.append(t)
+            out[key] = index[t]
+        base.append(out)
+    base, base_final = minimise(base, [fsm.map.get(s, {}).get(k_eos) in fsm.finals for s in order])
+    if not base:
+        return Lengths([], [], classes)
+    return Lengths(*_times_lengths(base, base_final, lo, hi), classes)
+
+
+def _times_lengths(base: list[dict[int, int]], base_final: list[bool], lo: int, hi: int | None,
+                   ) -> tuple[list[dict[int, int]], list[bool]]:
+    """The minimised product of a minimal automaton (every state alive) and a counter of characters, lo..hi.
+
+    The counter only grows, up to ``hi`` (or up to ``lo``, where it stays when there is no ``hi``), so the product is
+    layered by count: classified from the last layer down, a state's class is its finality and its targets' classes,
+    which is the minimal automaton where the layers are acyclic (the capped layer is the minimal base itself)."""
     cap = lo if hi is None else hi
-    start = (first, 0)
-    index = {start: 0}
-    order = [start]
+    index = {(0, 0): 0}
+    order = [(0, 0)]
     edges: list[dict[int, int]] = []
     for s, k in order:
         out: dict[int, int] = {}
         if hi is None or k < hi:
-            for key, t in fsm.map.get(s, {}).items():
-                if key not in classes:
-                    continue
+            for key, t in base[s].items():
                 nxt = (t, min(k + 1, cap) if hi is None else k + 1)
                 if nxt not in index:
                     if len(order) >= MAX_STATES:
-                        raise PatternProblem(f"pattern (an automaton of more than {MAX_STATES} states with "
-                                             "its lengths)")
+                        raise PatternProblem(_TOO_MANY)
                     index[nxt] = len(order)
                     order.append(nxt)
                 out[key] = index[nxt]
         edges.append(out)
-    final = [k >= lo and fsm.map.get(s, {}).get(k_eos) in fsm.finals for s, k in order]
-    edges, final = minimise(edges, final)
-    return Lengths(edges, final, classes)
+    final = [k >= lo and base_final[s] for s, k in order]
+    cls = [-1] * len(order)  # -1: no accepting state ahead
+    ids: dict[object, int] = {}
+    for i in sorted(range(len(order)), key=lambda i: -order[i][1]):
+        s, k = order[i]
+        if hi is None and k == cap:  # the base automaton itself: minimal, every state alive
+            cls[i] = ids.setdefault(("base", s), len(ids))
+            continue
+        out = tuple(sorted((key, cls[t]) for key, t in edges[i].items() if cls[t] >= 0))
+        if final[i] or out:
+            cls[i] = ids.setdefault((final[i], out), len(ids))
+    if cls[0] < 0:
+        return [], []
+    # Number the classes in the order a walk from the start meets them (the start is 0).
+    rep: dict[int, int] = {}
+    for i in range(len(order)):
+        if cls[i] >= 0:
+            rep.setdefault(cls[i], i)
+    number = {cls[0]: 0}
+    walk = [cls[0]]
+    out_edges: list[dict[int, int]] = []
+    out_final: list[bool] = []
+    for c in walk:
+        i = rep[c]
+        out = {}
+        for key, t in edges[i].items():
+            if cls[t] >= 0:
+                if cls[t] not in number:
+                    number[cls[t]] = len(walk)
+                    walk.append(cls[t])
+                out[key] = number[cls[t]]
+        out_edges.append(out)
+        out_final.append(final[i])
+    return out_edges, out_final
 
 
 # -- EBNF ------------------------------------------------------------------------------------------
@@ -437,3 +507,99 @@ def pattern_lengths_problem(node: dict) -> str | None:
     except PatternProblem as e:
         return f"{e} together with minLength/maxLength"
     return None
+
+
+# -- format with minLength/maxLength ---------------------------------------------------------------
+_HEX = "[0-9A-Fa-f]"
+_PCT = f"%{_HEX}{{2}}"
+_TIME = ("(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\\.[0-9]+)?(?:Z|[+\\-](?:[01][0-9]|2[0-3]):[0-5][0-9])")
+_USER = f"(?:[a-zA-Z0-9_.~!$&'()*+,;=:\\-]|{_PCT})"
+_HOST = f"(?:[a-zA-Z0-9_.~!$&'()*+,;=\\-]|{_PCT})"
+_PCHAR = f"(?:[a-zA-Z0-9_.~!$&'()*+,;=:@\\-]|{_PCT})"
+_NCHAR = f"(?:[a-zA-Z0-9_.~!$&'()*+,;=@\\-]|{_PCT})"
+_QCHAR = f"(?:[a-zA-Z0-9_.~!$&'()*+,;=:@/?\\-]|{_PCT})"
+_AUTH = f"//(?:{_USER}*@)?{_HOST}*(?::[0-9]*)?(?:/{_PCHAR}*)*"
+_TAIL = f"(?:\\?{_QCHAR}*)?(?:#{_QCHAR}*)?"
+_H4 = f"{_HEX}{{1,4}}"
+_OCTET6 = "(?:25[0-5]|(?:2[0-4]|1?[0-9])?[0-9])"
+_DUR_T = "T(?:[0-9]+S|[0-9]+M(?:[0-9]+S)?|[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?)"
+_VAR = f"(?:[a-zA-Z0-9_]|{_PCT})"
+_VARSPEC = f"{_VAR}(?:\\.?{_VAR})*(?::[1-9][0-9]{{0,3}}|\\*)?"
+_POINTER = "(?:/(?:[^/~]|~[01])*)*"
+_ATEXT = "[a-zA-Z0-9_!#$%&'*+/=?^`{|}~\\-]"
+_OCTET4 = "(?:25[0-5]|2[0-4][0-9]|[01]?[0-9]?[0-9])"
+# Each format's language, by the characters of the decoded string, as the format alone enforces it: xgrammar's
+# rules read as a regex (its quirks kept: a scheme without digits, lower-case hostnames, 'T' and 'Z' upper case), date
+# as tagjit's exact calendar (normalize._DATE), byte as base64. Escapes are the JSON spelling, not the language: the
+# quoted local part of an email is RFC 5321's quoted-pair, json-pointer takes every character but '/' and '~'.
+_FORMATS = {
+    "date-time": f"[0-9]{{4}}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])T{_TIME}",
+    "time": _TIME,
+    "duration": f"P(?:(?:[0-9]+D|[0-9]+M(?:[0-9]+D)?|[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?)(?:{_DUR_T})?|{_DUR_T}|[0-9]+W)",
+    "email": (f"(?:{_ATEXT}+(?:\\.{_ATEXT}+)*|\"(?:[ !#-\\[\\]-~]|\\\\[ -~])*\")"
+              "@[A-Za-z0-9](?:[\\-A-Za-z0-9]*[A-Za-z0-9])?(?:\\.[A-Za-z0-9][\\-A-Za-z0-9]*[A-Za-z0-9])*"),
+    "hostname": "[a-z0-9](?:[a-z0-9\\-]*[a-z0-9])?(?:\\.[a-z0-9](?:[a-z0-9\\-]*[a-z0-9])?)*",
+    "ipv4": f"(?:{_OCTET4}\\.){{3}}{_OCTET4}",
+    "ipv6": (f"(?:(?:{_H4}:){{7}}{_H4}|(?:{_H4}:){{1,7}}:|(?:{_H4}:){{1,6}}:{_H4}|(?:{_H4}:){{1,5}}(?::{_H4}){{1,2}}"
+             f"|(?:{_H4}:){{1,4}}(?::{_H4}){{1,3}}|(?:{_H4}:){{1,3}}(?::{_H4}){{1,4}}|(?:{_H4}:){{1,2}}(?::{_H4}){{1,5}}"
+             f"|{_H4}:(?::{_H4}){{1,6}}|:(?:(?::{_H4}){{1,7}}|:)"
+             f"|::(?:ffff(?::0{{1,4}})?:)?(?:{_OCTET6}\\.){{3}}{_OCTET6}|(?:{_H4}:){{1,4}}:(?:{_OCTET6}\\.){{3}}{_OCTET6})"),
+    "uuid": f"{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}",
+    "uri": f"[a-zA-Z][a-zA-Z+.\\-]*:(?:{_AUTH}|/?(?:{_PCHAR}+(?:/{_PCHAR}*)*)?){_TAIL}",
+    "uri-reference": f"(?:{_AUTH}|/(?:{_PCHAR}+(?:/{_PCHAR}*)*)?|{_NCHAR}+(?:/{_PCHAR}*)*)?{_TAIL}",
+    "uri-template": (f"(?:[!#-$&(-;=?-\\[\\]_a-z~]|{_PCT}|\\{{[+#./;?&=,!@|]?{_VARSPEC}(?:,{_VARSPEC})*\\}})*"),
+    "json-pointer": _POINTER,
+    "relative-json-pointer": f"(?:0|[1-9][0-9]*)(?:#|{_POINTER})",
+    "byte": BASE64[1:-1],
+}
+
+
+def format_pattern(fmt: object) -> str | None:
+    """The anchored pattern of a format's language (None: tagjit has none for it)."""
+    if fmt == "date":
+        from tagjit.schema.normalize import _DATE  # tagjit's own date, exact to the month's days
+
+        return f"^{_DATE}$"
+    return f"^(?:{_FORMATS[fmt]})$" if isinstance(fmt, str) and fmt in _FORMATS else None
+
+
+def node_automaton(node: dict) -> Lengths:
+    """The automaton of a normalised node's ``pattern`` and/or ``format`` with its minLength/maxLength."""
+    pattern, fmt = node.get("pattern"), format_pattern(node.get("format"))
+    if not isinstance(pattern, str):
+        assert fmt is not None
+        return lengths_automaton(fmt, *bounds(node))
+    return lengths_automaton(pattern, *bounds(node), also=fmt)
+
+
+def format_lengths_problem(node: dict) -> str | None:
+    """Why a normalised string node's ``format`` beside minLength/maxLength (and a ``pattern``, if it has one)
+    cannot be written exactly, or None."""
+    fmt = node["format"]
+    anchored = format_pattern(fmt)
+    if anchored is None:
+        return f"format: {fmt}" if fmt not in SUPPORTED_FORMATS else f"minLength/maxLength together with format: {fmt}"
+    try:
+        lo, hi = bounds(node)
+    except (TypeError, ValueError):
+        return "minLength/maxLength together with format"
+    try:
+        lengths_automaton(anchored, lo, hi)
+    except PatternProblem as e:
+        return f"minLength/maxLength together with format: {fmt} ({_reason(e)})"
+    if isinstance(node.get("pattern"), str):
+        problem = pattern_lengths_problem(node)
+        if problem is not None:
+            return problem
+        try:
+            lengths_automaton(node["pattern"], lo, hi, also=anchored)
+        except PatternProblem as e:
+            return f"pattern together with format: {fmt} and minLength/maxLength ({_reason(e)})"
+    elif "pattern" in node:
+        return "minLength/maxLength together with format"
+    return None
+
+
+def _reason(e: PatternProblem) -> str:
+    text = str(e).removeprefix("pattern ")
+    return text[1:-1] if text.startswith("(") and text.endswith(")") else text

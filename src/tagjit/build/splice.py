@@ -1,6 +1,6 @@
 """Values tagjit writes its own EBNF for, spliced into xgrammar's grammar.
 
-They are ``multipleOf``, ``not: {enum}`` strings and ``pattern`` with ``minLength``/``maxLength``.
+They are ``multipleOf``, ``not: {enum}`` strings and ``pattern`` (and/or ``format``) with ``minLength``/``maxLength``.
 
 Each such value becomes a placeholder string constant before xgrammar converts the schema; xgrammar prints every
 constant as one literal, which ``printed.swap_const_literals`` replaces by the name of tagjit's rule for the value.
@@ -14,7 +14,7 @@ from typing import Any
 import xgrammar as xgr
 
 from tagjit.build.numbers import RULE_PREFIX, automaton_rules, multiples
-from tagjit.build.patterns import RULE_PREFIX as PATTERN_PREFIX, bounds, lengths_automaton, lengths_rules
+from tagjit.build.patterns import RULE_PREFIX as PATTERN_PREFIX, lengths_rules, node_automaton
 from tagjit.build.printed import swap_const_literals
 from tagjit.build.strings import exclusion_rules
 from tagjit.schema.keywords import LISTS, MAPS, VALUES
@@ -69,7 +69,7 @@ class Lifted:
             types = [x for x in types if x != "string"]
         own_string = "not" in n
         if pattern_with_lengths(n) and "string" in types:
-            a = lengths_automaton(n["pattern"], *bounds(n))
+            a = node_automaton(n)  # with the node's format too, where it has one beside the pattern
             parts.append(self._placeholder(PATTERN_PREFIX, lambda name: lengths_rules(a, name)))
             types = [x for x in types if x != "string"]
             own_string = True

@@ -14,7 +14,7 @@ from tagjit.errors import CompileLimitError, ConstraintError, EmptySchemaError, 
 from tagjit.schema.metaschema import quick_valid
 from tagjit.settings import get_settings
 from tagjit.build.numbers import multiple_of_problem
-from tagjit.build.patterns import pattern_lengths_problem
+from tagjit.build.patterns import format_lengths_problem, format_pattern, pattern_lengths_problem
 from tagjit.build.strings import exclusion_problem
 from tagjit.schema.formats import SUPPORTED_FORMATS
 from tagjit.schema.normalize import normalize_schema
@@ -182,10 +182,17 @@ def _node_problem(node: dict) -> str | None:
         if problem is not None:
             return problem
     fmt = node.get("format")
-    if isinstance(fmt, str) and fmt not in SUPPORTED_FORMATS and (not types or "string" in types):
+    lengths = "minLength" in node or "maxLength" in node
+    stringy = not types or "string" in types
+    if isinstance(fmt, str) and lengths and stringy:  # exact where build.patterns writes the format's language
+        beside = [k for k in _ANY_TYPE if k in node]
+        if beside and (fmt in SUPPORTED_FORMATS or format_pattern(fmt) is not None):
+            return f"format with minLength/maxLength together with {beside[0]}"
+        problem = format_lengths_problem(node)
+        if problem is not None:
+            return problem
+    elif isinstance(fmt, str) and fmt not in SUPPORTED_FORMATS and stringy:
         return f"format: {fmt}"
-    if "format" in node and ("minLength" in node or "maxLength" in node):
-        return "minLength/maxLength together with format"
     if isinstance(node.get("pattern"), str) and ("minLength" in node or "maxLength" in node) \
             and (not types or "string" in types):
         beside = [k for k in _ANY_TYPE if k in node]
@@ -199,7 +206,7 @@ def _node_problem(node: dict) -> str | None:
         return f"$ref to an external document ({ref})"
     if isinstance(node.get("allOf"), list) and len(node["allOf"]) > 1:
         return "allOf with more than one branch"
-    if "pattern" in node and "format" in node:
+    if "pattern" in node and "format" in node and not (lengths and stringy):  # with lengths: intersected above
         return "pattern together with format"
     pattern_props = node.get("patternProperties")
     if isinstance(pattern_props, dict) and pattern_props:

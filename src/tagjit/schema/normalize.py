@@ -10,9 +10,10 @@ from typing import Any, Iterator
 import jsonschema
 
 from tagjit.build.numbers import multiples
-from tagjit.build.patterns import PatternProblem, bounds as length_bounds, lengths_automaton
+from tagjit.build.patterns import (PatternProblem, bounds as length_bounds, format_lengths_problem, format_pattern,
+                                   lengths_automaton, node_automaton)
 from tagjit.errors import ConstraintError, EmptySchemaError, UnsupportedFeatureError
-from tagjit.schema.formats import apply_format
+from tagjit.schema.formats import BASE64, apply_format
 from tagjit.schema.keywords import (ANNOTATIONS, KEYS, LISTS, MAPS, PASSIVE, TYPE_KEYWORDS, VALUES, path_text, resolve,
                                     subschemas)
 
@@ -61,7 +62,7 @@ class _Normalizer:
             if ref not in self._anchor_paths:  # xgrammar would silently accept anything here
                 raise ConstraintError(f"JSON schema at '{where}': $ref {ref!r} names no anchor in the schema")
             n["$ref"] = self._anchor_paths[ref]
-        if "format" in n:
+        if "format" in n and not _byte_lengths(n):
             apply_format(n)
         _exact_date(n)
         if isinstance(n.get("allOf"), list):
@@ -88,6 +89,7 @@ class _Normalizer:
             n["oneOf"] = self._one_of(n["oneOf"], where)
         _infer_type(n)
         _multiple_of(n, where)
+        _format_lengths(n, where)
         _anchor_pattern(n)
         _pattern_lengths(n, where)
         self._required_properties(n, where)
@@ -571,6 +573,55 @@ def _anchor_pattern(n: dict) -> None:
     head = "" if p.startswith("^") else "[\\s\\S]*"
     tail = "" if p.endswith("$") and not p.endswith("\\$") else "[\\s\\S]*"
     n["pattern"] = f"^{head}(?:{p}){tail}$"  # anchored again, so normalising twice changes nothing
+
+
+def _lengths(n: dict) -> bool:
+    return "minLength" in n or "maxLength" in n
+
+
+def _renamed(n: dict, old: str, new: str, value: Any) -> None:
+    """Replace key ``old`` by ``new`` in place, where ``old`` stood (the node's key order is kept)."""
+    items = [(new, value) if k == old else (k, v) for k, v in n.items()]
+    n.clear()
+    n.update(items)
+
+
+def _byte_lengths(n: dict) -> bool:
+    """OpenAPI ``byte`` on a string beside minLength/maxLength is base64 with those lengths (build.patterns): alone it
+    becomes that pattern; beside a pattern it stays, for both to be intersected. Whether it was handled here."""
+    if n.get("format") != "byte" or not _lengths(n) or "string" not in _type_list(n.get("type")):
+        return False
+    if "pattern" not in n:
+        _renamed(n, "format", "pattern", BASE64)
+    return True
+
+
+# Keywords beside which a string rule of tagjit's own cannot stand (check refuses the node, naming the one it meets).
+_BESIDE_OWN_STRING = ("enum", "const", "$ref", "allOf", "anyOf", "oneOf", "not", "if", "then", "else")
+
+
+def _format_lengths(n: dict, where: str) -> None:
+    """``format`` beside minLength/maxLength, enforced by build.patterns: the format's language (as a regex) times
+    the lengths. Alone it becomes its anchored pattern, as ``_exact_date`` does; beside a pattern both stay, for the
+    splice to intersect them. No string of the length in the format: no value if only strings are allowed, else
+    the other types alone. What tagjit cannot write exactly is left for check to refuse by name."""
+    fmt = n.get("format")
+    if not isinstance(fmt, str) or not _lengths(n) or any(k in n for k in _BESIDE_OWN_STRING):
+        return
+    types = _type_list(n.get("type"))
+    if types and "string" not in types or format_lengths_problem(n) is not None:
+        return
+    if node_automaton(n).empty():
+        if types == ["string"] or not types:
+            raise EmptySchemaError(f"JSON schema at '{where}' accepts no value: no string of its length is in its "
+                                   f"format ({fmt})" + (" and matches its pattern" if "pattern" in n else ""))
+        rest = [t for t in types if t != "string"]
+        n["type"] = rest if len(rest) > 1 else rest[0]
+        for k in ("pattern", "minLength", "maxLength", "format"):
+            n.pop(k, None)
+        return
+    if "pattern" not in n:
+        _renamed(n, "format", "pattern", format_pattern(fmt))
 
 
 def _pattern_lengths(n: dict, where: str) -> None:
