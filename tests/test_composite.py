@@ -158,9 +158,19 @@ def test_forced_tool_tag_compiles_in_parts(svc):
     assert compiled.composite is not None and compiled.grammar is None
 
 
-def test_auto_tool_choice_keeps_the_whole_tag_compile(svc):
-    compiled = svc.compile(tool_tag("hermes", TOOLS[:5], "auto", parallel=False))
+def test_auto_tool_choice_with_a_wrapper_keeps_the_whole_tag_compile(svc):
+    # deepseek_v31 wraps its calls: the calls block is a tag's content, which is not split.
+    compiled = svc.compile(tool_tag("deepseek_v31", TOOLS[:5], "auto", parallel=False))
     assert compiled.composite is None and compiled.grammar is not None
+
+
+def strict(tools: list[dict]) -> list[dict]:
+    return [{**t, "function": {**t["function"], "strict": True}} for t in tools]
+
+
+def test_auto_tool_choice_compiles_in_parts(svc):
+    for parallel in (True, False):
+        assert svc.compile(tool_tag("hermes", strict(TOOLS[:5]), "auto", parallel=parallel)).composite is not None
 
 
 def test_xml_argument_styles_keep_the_whole_tag_compile():
@@ -516,3 +526,102 @@ def test_answer_texts_are_accepted_and_rejected_like_the_whole_tag(svc):
         assert mine == (ref.accept_string(text), ref.is_completed()), text
         verdicts.append(mine)
     assert verdicts.count((True, True)) == 3
+
+
+# -- tool_choice=auto: free text, and calls where the trigger appears ---------------------------------
+
+def auto_tag(fmt: str, tools: list[dict], parallel: bool = True) -> Constraint:
+    return tool_tag(fmt, strict(tools), "auto", parallel)
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "qwen25", "llama3_json"])
+@pytest.mark.parametrize("parallel", [True, False])
+@pytest.mark.parametrize("lead", ["", "Let me check that. ", "Use <tool_call", "Say {\"name\" plainly. "])
+def test_auto_text_then_calls_keep_the_whole_tags_masks(svc, info, fmt, parallel, lead):
+    tools = TOOLS[:8]
+    twin = Twin(svc, auto_tag(fmt, tools, parallel))
+    f = load_format(fmt)
+    if not twin.accept_string(lead):
+        return  # the lead itself holds the trigger: both grammars refused it alike
+    prefix = f.render_begin(tools[2]["function"]["name"])
+    try:
+        Walker(info).walk(twin, prefix=prefix, closers=CLOSERS, max_tokens=200)
+    except WalkError as e:
+        assert "did not finish" in str(e)
+    assert twin.masks > 3
+
+
+_TOKEN_KINDS: dict[tuple[int, bytes], tuple[np.ndarray, np.ndarray]] = {}
+
+
+def token_kinds(info: xgr.TokenizerInfo, trigger: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Per token id: whether it holds a piece of the call syntax or a closer, and whether it holds the trigger."""
+    key = (id(info), trigger)
+    if key not in _TOKEN_KINDS:
+        vocab = token_bytes(info)
+        _TOKEN_KINDS[key] = (np.array([any(c in b for c in (b"<", b">", b"}", b"{", b'"', b"_call")) for b in vocab]),
+                             np.array([trigger in b for b in vocab]))
+    return _TOKEN_KINDS[key]
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "qwen25"])
+@pytest.mark.parametrize("seed", range(4))
+def test_auto_keeps_the_whole_tags_masks_on_random_walks_with_rollbacks(svc, info, fmt, seed):
+    rng = random.Random(seed)
+    twin = Twin(svc, auto_tag(fmt, TOOLS[:10], parallel=seed % 2 == 0))
+    stops = np.array(sorted(info.stop_token_ids))
+    crossing_kind, trigger_kind = token_kinds(info, load_format(fmt).trigger.encode())
+    accepted = 0
+    for _ in range(80):
+        bits = np.unpackbits(twin.check_mask().view(np.uint8), bitorder="little")[: info.vocab_size]
+        allowed = np.setdiff1d(np.flatnonzero(bits), stops)
+        if not allowed.size:
+            break
+        # Favour the trigger and the call syntax's pieces, so that walks go into calls and out again.
+        whole, crossing = allowed[trigger_kind[allowed]], allowed[crossing_kind[allowed]]
+        pick = whole if whole.size and rng.random() < 0.2 else crossing if crossing.size and rng.random() < 0.6 \
+            else allowed
+        assert twin.accept_token(int(pick[rng.randrange(pick.size)]))
+        accepted += 1
+        if accepted >= 3 and rng.random() < 0.2:
+            twin.rollback(2)
+            accepted -= 2
+        twin.is_completed()
+
+
+def test_auto_text_may_end_the_output_anywhere_as_in_the_whole_tag(svc, info):
+    twin = Twin(svc, auto_tag("hermes", TOOLS[:4]))
+    stop = info.stop_token_ids[0]
+    assert twin.is_completed()  # no text at all
+    assert twin.accept_string("The answer is 4.")
+    assert twin.is_completed()
+    twin.check_mask()
+    assert twin.accept_token(stop)
+
+
+def test_auto_text_and_calls_are_accepted_and_rejected_like_the_whole_tag(svc):
+    c = auto_tag("qwen25", TOOLS[:6])
+    good, _, _ = call("qwen25", TOOLS[0], '{"base": 10, "height": 5}')
+    texts = ["Plain text.", "Text " + good, good + "\nMore text.", good + "\n" + good, "<think>no</think>",
+             "Text <tool_call>{\"name\": \"no_such_tool\"", "<tool_call>", "a <tool_cal b", good[:-4],
+             "x" + good + "y" + good]
+    compiled = svc.compile(c)
+    assert compiled.composite is not None
+    verdicts = []
+    for text in texts:
+        ours, ref = compiled.new_matcher(), full_matcher(svc, c)
+        mine = (ours.accept_string(text), ours.is_completed())
+        assert mine == (ref.accept_string(text), ref.is_completed()), text
+        verdicts.append(mine)
+    assert (True, True) in verdicts and any(not ok for ok, _ in verdicts)
+
+
+def test_auto_units_are_reused_across_tool_combinations(info):
+    svc = CompileService(info, UNHURRIED)
+    try:
+        assert svc.compile(auto_tag("hermes", TOOLS[:6])).composite is not None
+        before = len(svc.units)
+        assert svc.compile(auto_tag("hermes", list(reversed(TOOLS[:6]))[:-1])).composite is not None
+        assert len(svc.units) == before == 7  # six argument units and the text
+    finally:
+        svc.close()

@@ -201,6 +201,7 @@ class CompositeGrammar:
             return hit
         with self._lock:
             u = self.plan.edge_unit[edge]
+            trigger = self.plan.unit_trigger[u]
             m = self._scratch.pop(u, None) or xgr.GrammarMatcher(self.units[u].grammar)
             m.reset()
             ok = False
@@ -210,7 +211,7 @@ class CompositeGrammar:
                 for i in range(len(data)):
                     if not m.accept_string(data[i:i + 1]):
                         break
-                    if m.is_completed():
+                    if data[:i + 1].endswith(trigger) if trigger is not None else m.is_completed():
                         ok = self.accepts_outer(self.after(edge), data[i + 1:])
                         break
             m.reset()
@@ -224,6 +225,12 @@ class CompositeGrammar:
         if hit is not None:
             return hit
         index, allowed = self.index, []
+        b = self.bare(sid)
+        if b >= 0 and not self._meta[sid][2] and self.plan.unit_trigger[self.plan.edge_unit[b]] is not None:
+            packed = (np.arange(index.words), self._fresh_text_row(b))  # free text alone: its own dense row
+            with self._lock:
+                self._masks[sid] = packed
+            return packed
 
         def enter(path: bytes, h: int) -> None:  # tokens that go on from path into a fresh unit at hole h
             for c in sorted(self.unit_of(h).first):
@@ -234,8 +241,12 @@ class CompositeGrammar:
         stack = [(b"", sid)]
         while stack:
             path, s = stack.pop()
-            if self.bare(s) >= 0:
-                enter(path, self.bare(s))
+            b = self.bare(s)
+            if b >= 0 and not path and self.plan.unit_trigger[self.plan.edge_unit[b]] is not None:
+                row = self._fresh_text_row(b)
+                allowed.extend(np.flatnonzero(np.unpackbits(row.view(np.uint8), bitorder="little")).tolist())
+            elif b >= 0:
+                enter(path, b)
             for byte in self._meta[s][2]:
                 s2 = self.step(s, byte)
                 p2 = path + bytes([byte])
@@ -248,9 +259,32 @@ class CompositeGrammar:
                     continue
                 enter(p2, h)
         packed = _pack(np.array(allowed, dtype=np.int64))
+        if len(packed[0]) > index.words // 4:  # dense: kept as the whole row
+            row = np.zeros(index.words, dtype=np.uint32)
+            row[packed[0]] = packed[1]
+            packed = (np.arange(index.words), row)
         with self._lock:
             self._masks[sid] = packed
         return packed
+
+    def _fresh_text_row(self, edge: int) -> np.ndarray:
+        """The packed row of a fresh free-text unit at edge (stop tokens aside), with the tokens that finish it part-way
+        and go on in the outer text: every token would otherwise be simulated, the text allowing nearly all of them.
+        The row's bits past the vocabulary are xgrammar's own (it sets them where it allows every token)."""
+        frame = self.new_frame(edge)
+        mask = xgr.allocate_token_bitmask(1, self.index.vocab_size)
+        frame.matcher.fill_next_token_bitmask(mask, 0)
+        row = mask[0].numpy().view(np.uint32)[: self.index.words].copy()
+        _clear(row, self.index.stop_ids)
+        _set(row, text_exits(self, frame))
+        return row
+
+    def new_frame(self, edge: int) -> "_Frame":
+        """A fresh unit at a hole edge, with the bookkeeping its kind needs."""
+        u = self.plan.edge_unit[edge]
+        return _Frame(edge, xgr.GrammarMatcher(self.units[u].grammar),
+                      [(0, False, False)] if self.plan.unit_nested[u] else None,
+                      self.plan.unit_trigger[u], [b""] if self.plan.unit_trigger[u] is not None else None)
 
     def full_grammar(self) -> xgr.CompiledGrammar:
         """The whole tag compiled by xgrammar (where a split is ambiguous, or ahead of time by ``prefetch_full``)."""
@@ -292,10 +326,30 @@ class _Frame:
     edge: int
     matcher: xgr.GrammarMatcher
     lex: list[tuple[int, bool, bool]] | None = None  # JSON lexer state after each step (bare JSON units)
+    trigger: bytes | None = None  # a free-text unit: done where this completes
+    tails: list[bytes] | None = None  # its text's last len(trigger) bytes after each step
 
     def stepped(self, data: bytes) -> None:
         if self.lex is not None:
             self.lex.append(lex(self.lex[-1], data))
+        if self.tails is not None:
+            self.tails.append((self.tails[-1] + data)[-len(self.trigger):])
+
+    def undo(self, n: int) -> None:
+        if self.lex is not None:
+            del self.lex[-n:]
+        if self.tails is not None:
+            del self.tails[-n:]
+
+    def done(self) -> bool:
+        """Whether the unit is complete: for free text, its trigger just completed."""
+        if self.tails is not None:
+            return self.tails[-1] == self.trigger
+        return self.matcher.is_completed()
+
+    def may_end(self) -> bool:
+        """Whether the output may end inside this unit (free text, which the whole tag may end in)."""
+        return self.tails is not None and self.tails[-1] != self.trigger and self.matcher.is_completed()
 
 
 class CompositeMatcher:
@@ -327,7 +381,7 @@ class CompositeMatcher:
         if self.terminated:
             return False
         if token in self._stop_set:
-            if self.frame is None and self.g.is_final(self.sid):
+            if self.frame is None and self.g.is_final(self.sid) or self.frame is not None and self.frame.may_end():
                 self._undo.append((self.sid, None, [], True))
                 self._inputs.append(token)
                 self.terminated = True
@@ -367,9 +421,7 @@ class CompositeMatcher:
         while pos < len(data):
             frame = self.frame
             if frame is None and g.entered(self.sid, data[pos]) >= 0:
-                h = g.entered(self.sid, data[pos])
-                self.frame = _Frame(h, xgr.GrammarMatcher(g.unit_of(h).grammar),
-                                    [(0, False, False)] if g.plan.unit_nested[g.plan.edge_unit[h]] else None)
+                self.frame = g.new_frame(g.entered(self.sid, data[pos]))
                 continue
             if frame is None:
                 sid = g.step(self.sid, data[pos])
@@ -379,16 +431,14 @@ class CompositeMatcher:
                 pos += 1
                 h = g.hole(sid)
                 if h >= 0:
-                    nested = g.plan.unit_nested[g.plan.edge_unit[h]]
-                    self.frame = _Frame(h, xgr.GrammarMatcher(g.unit_of(h).grammar),
-                                        [(0, False, False)] if nested else None)
+                    self.frame = g.new_frame(h)
                 continue
             m = frame.matcher
             if m.accept_string(data[pos:]):
                 steps.append((frame, 1))
                 frame.stepped(data[pos:])
                 pos = len(data)
-                if m.is_completed():
+                if frame.done():
                     self._exit(frame)
                 continue
             for i in range(pos, len(data)):
@@ -396,7 +446,7 @@ class CompositeMatcher:
                     return False
                 steps.append((frame, 1))
                 frame.stepped(data[i:i + 1])
-                if m.is_completed():
+                if frame.done():
                     self._exit(frame)
                     pos = i + 1
                     break
@@ -405,7 +455,7 @@ class CompositeMatcher:
         return True
 
     def _exit(self, frame: _Frame) -> None:
-        if not _finished(frame.matcher, self.g.index):
+        if frame.trigger is None and not _finished(frame.matcher, self.g.index):
             raise Ambiguous("a unit completes where it could also go on")
         self.frame = None
         self.sid = self.g.after(frame.edge)
@@ -414,8 +464,7 @@ class CompositeMatcher:
         sid, frame, steps, stopped = record
         for f, n in reversed(steps):
             f.matcher.rollback(n)
-            if f.lex is not None:
-                del f.lex[-n:]
+            f.undo(n)
         self.sid, self.frame = sid, frame
         if stopped:
             self.terminated = False
@@ -473,7 +522,7 @@ class CompositeMatcher:
         """Whether the text so far is complete (a stop token may come next)."""
         if self._delegate is not None:
             return self._delegate.is_completed()
-        return self.terminated or (self.frame is None and self.g.is_final(self.sid))
+        return self.terminated or (self.g.is_final(self.sid) if self.frame is None else self.frame.may_end())
 
     # -- masks -----------------------------------------------------------------------------
     def fill_next_token_bitmask(self, bitmask: torch.Tensor, index: int = 0) -> None:
@@ -494,15 +543,23 @@ class CompositeMatcher:
             return
         if self.frame is None:
             words, vals = self.g.outer_mask(self.sid)
-            row[:] = 0
-            row[words] = vals
+            if len(words) == len(row):  # a dense mask (free text allows nearly every token): one copy
+                row[:] = vals
+            else:
+                row[:] = 0
+                row[words] = vals
             if self.g.is_final(self.sid):
                 _set(row, self.stop_ids)
             return
         self.frame.matcher.fill_next_token_bitmask(bitmask, index)
-        _clear(row, self.g.index.stop_ids)
-        _clear(row, self.stop_ids)
-        exits = self._exit_tokens(row)
+        _clear(row, self.g.index.stop_ids)  # a unit's matcher stops on the tokenizer's own stop tokens
+        if self.frame.trigger is not None:
+            exits = text_exits(self.g, self.frame)
+            if self.frame.may_end():
+                _set(row, self.stop_ids)
+        else:
+            _clear(row, self.stop_ids)
+            exits = self._exit_tokens(row)
         if exits:
             _set(row, exits)
 
@@ -559,6 +616,21 @@ class CompositeMatcher:
             if ok and g.accepts_outer(after, data[k:]):
                 out.append(t)
         return out
+
+
+def text_exits(g: CompositeGrammar, frame: _Frame) -> list[int]:
+    """Tokens that complete a free-text unit's trigger part-way (its first occurrence) and go on in the outer text."""
+    splits = g.index.trigger_splits(frame.trigger, frame.tails[-1])
+    if not splits:
+        return []
+    after, out = g.after(frame.edge), []
+    for t, k in splits:
+        left, data = g.index.bytes_of(t)[:k], g.index.bytes_of(t)
+        if frame.matcher.accept_string(left):
+            frame.matcher.rollback(1)
+            if g.accepts_outer(after, data[k:]):
+                out.append(t)
+    return out
 
 
 def _finished(m: xgr.GrammarMatcher, index: VocabIndex) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 from tagjit.constraint import compact_json
 
 
-_OUTER_TYPES = {"sequence", "or", "tags_with_separator", "const_string", "tag", "json_schema"}
+_OUTER_TYPES = {"sequence", "or", "tags_with_separator", "const_string", "tag", "json_schema", "triggered_tags"}
 _JSON_CLOSERS = {"object": b"}", "array": b"]", "string": b'"'}
 FINAL = (-1, 0)
 
@@ -34,6 +34,8 @@ class Plan:
     units: list[str] = field(default_factory=list)  # unit formats as compact JSON, one per distinct unit
     unit_last: list[bytes | None] = field(default_factory=list)  # bytes a complete unit can end with (None: any)
     unit_nested: list[bool] = field(default_factory=list)  # a bare JSON object/array: completes at depth 0
+    # A free-text unit: the trigger that ends it (text up to its first trigger, then done), else None.
+    unit_trigger: list[bytes | None] = field(default_factory=list)
     begins: list[bytes] = field(default_factory=list)
 
     def node(self) -> int:
@@ -103,6 +105,8 @@ def _build(node: Any, src: int, dst: int, p: Plan, units: dict[str, int]) -> Non
         _build_tag(node, src, dst, p, units)
     elif kind == "json_schema":
         _build_bare(node, src, dst, p, units)
+    elif kind == "triggered_tags":
+        _build_triggered(node, src, dst, p, units)
     else:
         _build_tws(node, src, dst, p, units)
 
@@ -146,7 +150,44 @@ def _build_bare(node: dict, src: int, dst: int, p: Plan, units: dict[str, int]) 
     p.edge(src, None, dst, unit=_unit_index(node, p, units, nested=last in (b"}", b"]"), last=last), bare=True)
 
 
-def _unit_index(unit_tag: dict, p: Plan, units: dict[str, int], nested: bool, last: bytes | None) -> int:
+def _build_triggered(node: dict, src: int, dst: int, p: Plan, units: dict[str, int]) -> None:
+    """Free text with calls where the trigger appears (tool_choice=auto), as the whole output.
+
+    The text is a unit of its own: xgrammar's TagDispatch with the same trigger and excludes, dispatching to
+    nothing, so it is done exactly where the trigger completes (or the output may end inside it). Each tag's begin
+    less the trigger is then a literal, as in a forced tag; after a call the text unit comes again (or, with
+    stop_after_first, the end)."""
+    if src != 0 or dst != p.final or set(node) - {"type", "triggers", "tags", "excludes", "at_least_one",
+                                                  "stop_after_first"} or node.get("at_least_one"):
+        raise _NoFit
+    triggers, tags, excludes = node.get("triggers"), node.get("tags"), node.get("excludes", [])
+    if (not isinstance(triggers, list) or len(triggers) != 1 or not isinstance(tags, list) or not tags
+            or not isinstance(excludes, list)):
+        raise _NoFit
+    trigger = triggers[0]
+    lit = _lit(trigger)
+    rests = []
+    for tag in tags:
+        if not isinstance(tag, dict) or tag.get("type") != "tag" or not isinstance(tag.get("begin"), str) \
+                or not tag["begin"].startswith(trigger) or len(tag["begin"]) == len(trigger):
+            raise _NoFit
+        rests.append({**tag, "begin": tag["begin"][len(trigger):]})
+    text = {"type": "triggered_tags", "triggers": [trigger], "tags": [
+        {"type": "tag", "begin": trigger, "content": {"type": "const_string", "value": ""}, "end": ""}],
+        "excludes": [_lit(e).decode("utf-8") for e in excludes], "stop_after_first": True}
+    u = _unit_index(text, p, units, nested=False, last=lit[-1:], trigger=lit)
+    calls, after = p.node(), p.node()
+    p.edge(src, None, calls, unit=u, bare=True)
+    p.edge(src, b"", dst)  # no text at all
+    for rest in rests:
+        _tag_edges(_tag_parts(rest, p, units), calls, after, p)
+    p.edge(after, b"", dst)
+    if not node.get("stop_after_first"):
+        p.edge(after, None, calls, unit=u, bare=True)
+
+
+def _unit_index(unit_tag: dict, p: Plan, units: dict[str, int], nested: bool, last: bytes | None,
+                trigger: bytes | None = None) -> int:
     text = compact_json(unit_tag)
     u = units.get(text)
     if u is None:
@@ -154,6 +195,7 @@ def _unit_index(unit_tag: dict, p: Plan, units: dict[str, int], nested: bool, la
         p.units.append(text)
         p.unit_nested.append(nested)
         p.unit_last.append(last)
+        p.unit_trigger.append(trigger)
     return u
 
 

@@ -39,6 +39,8 @@ class VocabIndex:
         self.single_bits = (single[self.single_bytes] & 31).astype(np.uint32)
         self.no_single = [c for c in range(256) if self.single[c] < 0]
         self._exits: dict[tuple[bytes | None, frozenset[int]], tuple[np.ndarray, ...]] = {}
+        self._triggers: dict[tuple[bytes, frozenset[int]], list[tuple[int, int]]] = {}
+        self._contains: dict[bytes, list[bytes]] = {}
         self._lock = threading.Lock()
 
     def bytes_of(self, token: int) -> bytes:
@@ -64,6 +66,42 @@ class VocabIndex:
             if ids:
                 return ids[0]
         return -1
+
+    def trigger_splits(self, trigger: bytes, tail: bytes) -> list[tuple[int, int]]:
+        """(token, split) where text ending in ``tail`` followed by the token's first ``split`` bytes first completes
+        ``trigger``, with bytes of the token left over: where free text hands over to a tag's begin (memoised)."""
+        # Only which prefixes of the trigger the text ends with matters, so the memo stays small; text without the
+        # trigger's first byte near its end (the common case) ends with none of them.
+        starts = frozenset(j for j in range(1, len(trigger)) if tail.endswith(trigger[:j])) \
+            if trigger[:1] in tail else frozenset()
+        key = (trigger, starts)
+        with self._lock:
+            hit = self._triggers.get(key)
+        if hit is not None:
+            return hit
+        found: dict[int, int] = {}
+        for tb in [tb for j in sorted(starts | {0}) for tb in self.with_prefix(trigger[j:])] + self._containing(trigger):
+            ends = [len(trigger) - j for j in starts if tb.startswith(trigger[j:])]
+            inside = tb.find(trigger)
+            if inside >= 0:
+                ends.append(inside + len(trigger))
+            k = min(ends, default=-1)
+            if 0 < k < len(tb):
+                for t in self.by_bytes[tb]:
+                    found[t] = k
+        hit = sorted(found.items())
+        with self._lock:
+            self._triggers[key] = hit
+        return hit
+
+    def _containing(self, trigger: bytes) -> list[bytes]:
+        with self._lock:
+            hit = self._contains.get(trigger)
+        if hit is None:
+            hit = [tb for tb in self.keys if trigger in tb[1:]]
+            with self._lock:
+                self._contains[trigger] = hit
+        return hit
 
     def exit_table(self, last: bytes | None, follow: frozenset[int]) -> tuple[np.ndarray, ...]:
         """Split points for unit exits: token ids, splits, ids of the longest token prefix of the left part,
