@@ -13,10 +13,10 @@ started cold for the size:
 tagjit's time includes building the structural tag from the tools (``build_tool_tag``) and the cache
 look-ups; xgrammar's starts from the same tag JSON. Median of ``--repeat`` runs; ratio = tagjit / xgrammar.
 A tagjit row also reports the first mask of the new combination (memoised per automaton state after).
-``--choice``: ``required`` (calls only), ``agent`` (``auto`` with a JSON final answer beside the tools: calls or the
+``--choice`` (comma-separated, each its own rows, compared with ``required``'s): ``required`` (calls only), ``agent`` (``auto`` with a JSON final answer beside the tools: calls or the
 answer) or ``auto-strict`` (``auto`` with every tool strict: free text and calls, which compiles the whole tag).
 
-    python benchmarks/tool_combinations.py [--sizes 10,50,200] [--repeat 3] [--format hermes] [--choice required]
+    python benchmarks/tool_combinations.py [--sizes 10,50,200] [--repeat 3] [--format hermes] [--choice required,agent,auto-strict]
         [--json out.json]
 """
 
@@ -114,39 +114,48 @@ def main() -> None:
     ap.add_argument("--sizes", default="10,50,200")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--format", default="hermes")
-    ap.add_argument("--choice", default="required", choices=CHOICES)
+    ap.add_argument("--choice", default="required", help=f"one or more of {', '.join(CHOICES)}, comma-separated")
     ap.add_argument("--threads", type=int, default=2, help="xgrammar compile threads, both sides")
     ap.add_argument("--json", help="write the rows as JSON here")
     args = ap.parse_args()
 
     info = load_tokenizer_info(args.tokenizer)
     sizes = [int(s) for s in args.sizes.split(",")]
+    choices = args.choice.split(",")
     all_tools = bfcl.load_tools(str(DATA / "bfcl"), max(sizes) * 3 // 2)
     rows = []
-    for n in sizes:
-        lists = requests(all_tools, n)
-        tj = [run_tagjit(info, lists, args.format, args.threads, args.choice) for _ in range(args.repeat)]
-        xg = [run_xgrammar(info, lists, args.format, args.threads, args.choice) for _ in range(args.repeat)]
-        for i, case in enumerate(CASES):
-            row = {"tools": n, "case": case,
-                   "tagjit_ms": statistics.median(r[0][i] for r in tj),
-                   "xgrammar_ms": statistics.median(r[i] for r in xg)}
-            row["ratio"] = row["tagjit_ms"] / row["xgrammar_ms"]
-            if case == "new_combination":
-                row["tagjit_first_mask_ms"] = statistics.median(r[1] for r in tj)
-            rows.append(row)
+    for choice in choices:
+        for n in sizes:
+            print(f"[{choice}, {n} tools] ...", file=sys.stderr, flush=True)
+            lists = requests(all_tools, n)
+            tj = [run_tagjit(info, lists, args.format, args.threads, choice) for _ in range(args.repeat)]
+            xg = [run_xgrammar(info, lists, args.format, args.threads, choice) for _ in range(args.repeat)]
+            for i, case in enumerate(CASES):
+                row = {"choice": choice, "tools": n, "case": case,
+                       "tagjit_ms": statistics.median(r[0][i] for r in tj),
+                       "xgrammar_ms": statistics.median(r[i] for r in xg)}
+                row["ratio"] = row["tagjit_ms"] / row["xgrammar_ms"]
+                if case == "new_combination":
+                    row["tagjit_first_mask_ms"] = statistics.median(r[1] for r in tj)
+                rows.append(row)
+    base = {(r["tools"], r["case"]): r["tagjit_ms"] for r in rows if r["choice"] == "required"}
+    for r in rows:
+        if (r["tools"], r["case"]) in base:
+            r["vs_required"] = r["tagjit_ms"] / base[(r["tools"], r["case"])]
 
-    print(f"tool-call tag compile ({args.format}, {args.choice}), {info.vocab_size}-token vocabulary, "
-          f"median of {args.repeat}; ratio = tagjit composite / xgrammar full compile")
-    print(f"{'tools':>5} {'case':<16} | {'tagjit':>9} {'xgrammar':>9} {'ratio':>6} | first mask")
+    print(f"tool-call tag compile ({args.format}), {info.vocab_size}-token vocabulary, median of {args.repeat}; "
+          "ratio = tagjit composite / xgrammar full compile; vs required = tagjit / tagjit under required")
+    print(f"{'choice':<12} {'tools':>5} {'case':<16} | {'tagjit':>9} {'xgrammar':>9} {'ratio':>6} | "
+          f"{'vs required':>11} | first mask")
     for r in rows:
         extra = f"{r['tagjit_first_mask_ms']:.2f}ms" if "tagjit_first_mask_ms" in r else ""
-        print(f"{r['tools']:>5} {r['case']:<16} | {r['tagjit_ms']:>7.1f}ms {r['xgrammar_ms']:>7.1f}ms "
-              f"{r['ratio']:>6.3f} | {extra}")
+        vs = f"{r['vs_required']:.2f}x" if "vs_required" in r else "-"
+        print(f"{r['choice']:<12} {r['tools']:>5} {r['case']:<16} | {r['tagjit_ms']:>7.1f}ms {r['xgrammar_ms']:>7.1f}ms "
+              f"{r['ratio']:>6.3f} | {vs:>11} | {extra}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"benchmark": "tool_combinations", "format": args.format,
-                                               "choice": args.choice,
+                                               "choices": choices,
                                                "vocab_size": info.vocab_size, "repeat": args.repeat,
                                                "rows": rows}, indent=2))
 
