@@ -1,5 +1,6 @@
-"""``pattern`` (and/or ``format``) with ``minLength``/``maxLength`` exactly: a character automaton (interegular)
-times a length counter. A format is its language written as a regex (``format_pattern``); beside a pattern, the two
+"""``pattern`` (and/or ``format``) with ``minLength``/``maxLength`` exactly, as a character automaton.
+
+The automaton (interegular) is multiplied by a length counter. A format is its language written as a regex (``format_pattern``); beside a pattern, the two
 automata are intersected.
 
 Match semantics are the ones tagjit gives a plain ``pattern`` (``normalize`` anchors it as ``^[\\s\\S]*(?:p)...$``,
@@ -26,7 +27,6 @@ from tagjit.build.ebnf import class_char, complement
 from tagjit.build.numbers import MAX_STATES, minimise
 from tagjit.build.strings import RAW_FORBIDDEN, SHORT_ESCAPES
 from tagjit.errors import EmptySchemaError
-from tagjit.schema.formats import BASE64, SUPPORTED_FORMATS
 
 RULE_PREFIX = "tagjit_pat_"
 _BOS, _EOS = "\ud800", "\ud801"
@@ -528,9 +528,14 @@ _VARSPEC = f"{_VAR}(?:\\.?{_VAR})*(?::[1-9][0-9]{{0,3}}|\\*)?"
 _POINTER = "(?:/(?:[^/~]|~[01])*)*"
 _ATEXT = "[a-zA-Z0-9_!#$%&'*+/=?^`{|}~\\-]"
 _OCTET4 = "(?:25[0-5]|2[0-4][0-9]|[01]?[0-9]?[0-9])"
+# RFC 3339 full-date with the days of each month and leap years (xgrammar's "date" accepts 2021-02-31).
+DATE = ("(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
+        "|02-(?:0[1-9]|1[0-9]|2[0-8]))|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)"
+        "-02-29)")
+BASE64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 # Each format's language, by the characters of the decoded string, as the format alone enforces it: xgrammar's
 # rules read as a regex (its quirks kept: a scheme without digits, lower-case hostnames, 'T' and 'Z' upper case), date
-# as tagjit's exact calendar (normalize._DATE), byte as base64. Escapes are the JSON spelling, not the language: the
+# as tagjit's exact calendar (DATE), byte as base64. Escapes are the JSON spelling, not the language: the
 # quoted local part of an email is RFC 5321's quoted-pair, json-pointer takes every character but '/' and '~'.
 _FORMATS = {
     "date-time": f"[0-9]{{4}}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])T{_TIME}",
@@ -550,16 +555,15 @@ _FORMATS = {
     "uri-template": (f"(?:[!#-$&(-;=?-\\[\\]_a-z~]|{_PCT}|\\{{[+#./;?&=,!@|]?{_VARSPEC}(?:,{_VARSPEC})*\\}})*"),
     "json-pointer": _POINTER,
     "relative-json-pointer": f"(?:0|[1-9][0-9]*)(?:#|{_POINTER})",
-    "byte": BASE64[1:-1],
 }
 
 
 def format_pattern(fmt: object) -> str | None:
     """The anchored pattern of a format's language (None: tagjit has none for it)."""
     if fmt == "date":
-        from tagjit.schema.normalize import _DATE  # tagjit's own date, exact to the month's days
-
-        return f"^{_DATE}$"
+        return f"^{DATE}$"
+    if fmt == "byte":
+        return BASE64
     return f"^(?:{_FORMATS[fmt]})$" if isinstance(fmt, str) and fmt in _FORMATS else None
 
 
@@ -578,7 +582,7 @@ def format_lengths_problem(node: dict) -> str | None:
     fmt = node["format"]
     anchored = format_pattern(fmt)
     if anchored is None:
-        return f"format: {fmt}" if fmt not in SUPPORTED_FORMATS else f"minLength/maxLength together with format: {fmt}"
+        return f"minLength/maxLength together with format: {fmt}"
     try:
         lo, hi = bounds(node)
     except (TypeError, ValueError):

@@ -188,6 +188,8 @@ def _node_problem(node: dict) -> str | None:
         beside = [k for k in _ANY_TYPE if k in node]
         if beside and (fmt in SUPPORTED_FORMATS or format_pattern(fmt) is not None):
             return f"format with minLength/maxLength together with {beside[0]}"
+        if format_pattern(fmt) is None and fmt not in SUPPORTED_FORMATS:
+            return f"format: {fmt}"
         problem = format_lengths_problem(node)
         if problem is not None:
             return problem

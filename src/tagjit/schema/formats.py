@@ -10,6 +10,8 @@ constrain a value (``int32``/``int64`` as ranges, ``byte`` as base64); ``binary`
 
 from __future__ import annotations
 
+from tagjit.build.patterns import BASE64
+
 # Formats xgrammar's converter turns into exact grammars.
 SUPPORTED_FORMATS = frozenset({
     "email", "date", "time", "date-time", "duration", "ipv4", "ipv6", "hostname", "uuid",
@@ -20,7 +22,6 @@ SUPPORTED_FORMATS = frozenset({
 SPEC_FORMATS = SUPPORTED_FORMATS | {"idn-email", "idn-hostname", "iri", "iri-reference", "regex"}
 
 INTEGER_RANGES = {"int32": (-(2 ** 31), 2 ** 31 - 1), "int64": (-(2 ** 63), 2 ** 63 - 1)}
-BASE64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 OPENAPI_FORMATS = frozenset({*INTEGER_RANGES, "byte", "binary", "password", "float", "double"})
 
 

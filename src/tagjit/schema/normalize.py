@@ -10,10 +10,10 @@ from typing import Any, Iterator
 import jsonschema
 
 from tagjit.build.numbers import multiples
-from tagjit.build.patterns import (PatternProblem, bounds as length_bounds, format_lengths_problem, format_pattern,
-                                   lengths_automaton, node_automaton)
+from tagjit.build.patterns import (BASE64, DATE as _DATE, PatternProblem, bounds as length_bounds,
+                                   format_lengths_problem, format_pattern, lengths_automaton, node_automaton)
 from tagjit.errors import ConstraintError, EmptySchemaError, UnsupportedFeatureError
-from tagjit.schema.formats import BASE64, apply_format
+from tagjit.schema.formats import apply_format
 from tagjit.schema.keywords import (ANNOTATIONS, KEYS, LISTS, MAPS, PASSIVE, TYPE_KEYWORDS, VALUES, path_text, resolve,
                                     subschemas)
 
@@ -758,12 +758,6 @@ def _anchors(node: Any, where: str) -> Iterator[tuple[str, str]]:
 
 
 _ANCHOR_KEYS = frozenset({"id", "$id", "$anchor"})
-
-
-# RFC 3339 full-date with the days of each month and leap years (xgrammar's "date" accepts 2021-02-31).
-_DATE = ("(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
-         "|02-(?:0[1-9]|1[0-9]|2[0-8]))|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)"
-         "-02-29)")
 
 
 def _exact_date(n: dict) -> None:
