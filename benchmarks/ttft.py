@@ -8,6 +8,8 @@ Requests go one at a time (streamed) so TTFT is not confounded by batching:
   tools-N        tool_choice=required with N BFCL tools (``--tool-pool jsonschemabench``: JSONSchemaBench object
                  schemas from GitHub and SchemaStore as strict tools), a new tool set per request, long prompt
   tools-combo    tool_choice=required, short prompt, a new combination of 200 tools all seen before
+  auto-combo     the same under tool_choice=auto with every tool strict (free text or calls)
+  agent-combo    the same under tool_choice=auto with a JSON response_format beside the tools (calls or the answer)
   first-N        the first constrained request after start (N new tools), before any other
   plain          the same prompts without constraints (the baseline of every overhead)
   free           tools-N only: the same prompt and number of new tools, tool_choice=auto and not strict,
@@ -41,6 +43,10 @@ from tiny_model import PLAIN_TEMPLATE, build  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 EOS = "2"
+# The final answer of the agent-combo requests.
+REPORT = {"type": "object", "properties": {"verdict": {"type": "string", "enum": ["resolved", "escalate"]},
+                                           "summary": {"type": "string", "maxLength": 60}},
+          "required": ["verdict", "summary"]}
 
 
 def long_prompt(tokens: int, seed: int) -> str:
@@ -220,11 +226,25 @@ def run_backend(backend: str, model: str, args, schemas, tools, log) -> list[dic
                                                **{**common, "max_tokens": 1})
             except Exception as e:
                 log(f"  {backend:<9} pool warm-up ERROR {str(e)[:100]}")
+        def auto_request(n: int, answer: bool) -> Callable[[], dict]:
+            def make() -> dict:
+                picked = rng.sample(pool, n)
+                if answer:
+                    return {"tools": picked, "tool_choice": "auto", "response_format": {
+                        "type": "json_schema", "json_schema": {"name": "report", "schema": REPORT}}}
+                return {"tools": [{**t, "function": {**t["function"], "strict": True}} for t in picked],
+                        "tool_choice": "auto"}
+            return make
+
         for _ in range(args.repeats):
             seed += 1
             prompt = long_prompt(args.short_tokens, seed)
             measure("tools-combo", "plain", prompt)
             measure("tools-combo", "constrained", prompt, tools_request(pool, min(200, len(pool))))
+            measure("auto-combo", "plain", prompt)
+            measure("auto-combo", "constrained", prompt, auto_request(min(200, len(pool)), answer=False))
+            measure("agent-combo", "plain", prompt)
+            measure("agent-combo", "constrained", prompt, auto_request(min(200, len(pool)), answer=True))
     return rows
 
 
@@ -296,8 +316,8 @@ def plot(summary: list[dict], path: str) -> None:
     import matplotlib.pyplot as plt
 
     backends = list(dict.fromkeys(r["backend"] for r in summary))
-    scenarios = [s for s in dict.fromkeys(r["scenario"] for r in summary) if s != "tools-combo"]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 1]})
+    scenarios = [s for s in dict.fromkeys(r["scenario"] for r in summary) if not s.endswith("-combo")]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4), gridspec_kw={"width_ratios": [3, 2]})
     width = 0.8 / max(1, len(backends))
     for i, b in enumerate(backends):
         ys = [next((r["overhead_pct"] for r in summary if r["scenario"] == s and r["backend"] == b), 0)
@@ -309,12 +329,18 @@ def plot(summary: list[dict], path: str) -> None:
     left.axhline(5, color="grey", linewidth=0.8, linestyle="--", label="goal (200 tools): 5%")
     left.legend()
     left.set_title("Long prompt, constraint new to the server")
-    combo = [r for r in summary if r["scenario"] == "tools-combo"]
-    if combo:
-        labels = ["plain", *[r["backend"] for r in combo]]
-        values = [combo[0]["plain_ttft_ms"], *[r["ttft_ms"] for r in combo]]
-        right.bar(labels, values, color=["grey", *[f"C{backends.index(r['backend'])}" for r in combo]])
+    combos = [s for s in dict.fromkeys(r["scenario"] for r in summary) if s.endswith("-combo")]
+    if combos:
+        for i, b in enumerate(["plain", *backends]):
+            ys = [next((r["plain_ttft_ms"] if b == "plain" else r["ttft_ms"] for r in summary
+                        if r["scenario"] == s and (b == "plain" or r["backend"] == b)), 0) for s in combos]
+            w = 0.8 / (len(backends) + 1)
+            right.bar([x + i * w for x in range(len(combos))], ys, w, label=b,
+                      color="grey" if b == "plain" else f"C{backends.index(b)}")
+        right.set_xticks([x + 0.4 - 0.4 / (len(backends) + 1) for x in range(len(combos))],
+                         [s.removesuffix("-combo") for s in combos])
         right.set_ylabel("TTFT (ms)")
+        right.legend(fontsize=7)
         right.set_title("Short prompt, 200 known tools\nin a new combination")
     fig.suptitle("Structured-output TTFT, vLLM on CPU")
     fig.tight_layout()

@@ -1,6 +1,7 @@
 """Agent requests: tools and a JSON final answer (``response_format``) in one request, in every format.
 
-Under ``auto`` the output is tool calls or exactly one JSON value under the answer's schema, nothing around it;
+Under ``auto`` the output is tool calls or exactly one JSON value under the answer's schema, nothing around it
+(every format's grammar; the round trips for the formats vLLM's parsers read);
 under ``none`` the value only; ``required`` and named choices ignore the answer (it belongs to the turn after the
 tool results). Tags are compiled by the real compile service over the Qwen2 vocabulary, outputs are walked from
 them and read back by vLLM's own composed parser, as in ``test_tool_formats``.
@@ -26,8 +27,9 @@ from walk import format_closers
 pytest.importorskip("vllm")
 from test_tool_formats import check_call, parse  # noqa: E402  (needs vLLM)
 
-FORMATS = [n for n in format_names() if load_format(n).vllm_tool_parsers]
-TRIGGERED = [n for n in FORMATS if load_format(n).layout == "triggered"]
+ALL = format_names()
+FORMATS = [n for n in ALL if load_format(n).vllm_tool_parsers]  # those vLLM's own parser reads back
+TRIGGERED = [n for n in ALL if load_format(n).layout == "triggered"]
 # The final answer of a support agent: an enum first, so a walk's first choice is forced by the schema.
 VERDICT = {"type": "object", "properties": {
     "verdict": {"type": "string", "enum": ["resolved", "escalate"]},
@@ -89,7 +91,7 @@ def test_auto_with_an_answer_gives_one_json_value_under_the_schema(name, svc, wa
     jsonschema.validate(json.loads(content), VERDICT)
 
 
-@pytest.mark.parametrize("name", FORMATS)
+@pytest.mark.parametrize("name", ALL)
 def test_auto_with_an_answer_rejects_text_around_it(name, svc, bfcl_tools):
     fmt = load_format(name)
     g = grammar(svc, fmt, bfcl_tools)
@@ -100,7 +102,7 @@ def test_auto_with_an_answer_rejects_text_around_it(name, svc, bfcl_tools):
     assert not g.accept_string(" and more")
 
 
-@pytest.mark.parametrize("name", FORMATS)
+@pytest.mark.parametrize("name", ALL)
 def test_auto_with_an_answer_rejects_an_answer_outside_the_schema(name, svc, bfcl_tools):
     fmt = load_format(name)
     assert not grammar(svc, fmt, bfcl_tools).accept_string(answer_head(fmt) + '{"verdict": "maybe"')
@@ -153,7 +155,7 @@ def test_harmony_answers_in_the_final_channel_after_analysis(svc, bfcl_tools):
 
 # -- none and required ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", FORMATS)
+@pytest.mark.parametrize("name", ALL)
 def test_none_with_an_answer_gives_the_answer_only(name, svc, walker, bfcl_tools):
     fmt = load_format(name)
     assert not grammar(svc, fmt, bfcl_tools, "none").accept_string(call_head(fmt, bfcl_tools[0]["function"]["name"]))
@@ -161,7 +163,7 @@ def test_none_with_an_answer_gives_the_answer_only(name, svc, walker, bfcl_tools
     jsonschema.validate(json_part(fmt, text), VERDICT)
 
 
-@pytest.mark.parametrize("name", FORMATS)
+@pytest.mark.parametrize("name", ALL)
 def test_required_with_an_answer_gives_calls_only(name, svc, bfcl_tools):
     fmt = load_format(name)
     g = grammar(svc, fmt, bfcl_tools, "required")

@@ -154,6 +154,13 @@ def _serve_agent_request(serving: Any, request: Any, processed: Any, fmt: str, a
     JSON-only constraint; under ``required`` or a named tool the calls' tag stands (SGLang would refuse the pair).
     The response format is taken off the request so that SGLang neither constrains to it nor skips tool parsing."""
     if request.tool_choice == "auto":
+        from tagjit.engine import load_format
+
+        if load_format(fmt).bare_json_calls:
+            # SGLang's detector would read the JSON answer as a failed call and drop it: its JSON answer stands.
+            log.info("tagjit: %s calls are bare JSON, which SGLang's parser cannot tell from the answer: "
+                     "tools are not callable beside a JSON response_format under tool_choice=auto", fmt)
+            return
         tools = [t.model_dump() for t in serving._effective_tools(request)]
         reasoning = bool(serving._get_reasoning_from_request(request)) and serving.reasoning_parser is None
         tag = tool_tag(fmt, tools, "auto", request.parallel_tool_calls is not False, reasoning, settings,

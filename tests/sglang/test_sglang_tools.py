@@ -205,6 +205,13 @@ def test_an_agent_answer_is_read_as_content_and_a_call_as_a_call(api, tools):
     assert got["calls"] == [] and json.loads(got["content"]) == {"done": True}
 
 
+def test_bare_json_calls_beside_an_answer_keep_sglangs_json_answer(api, tools):
+    # SGLang's llama3 detector reads any JSON output as a call attempt and drops it when it is not one.
+    assert load_format("llama3_json").bare_json_calls
+    got = api("sampling_constraint", "llama3", tools, "auto", response_format=JSON_ANSWER)
+    assert got == {"json_schema": ANSWER}
+
+
 def test_an_agent_answer_outside_the_schema_is_refused_by_the_grammar(api, tools):
     got = api("generate_and_parse", "qwen25", tools, "auto", 'Done: {"done": true}', response_format=JSON_ANSWER)
     assert got["error"] is not None
@@ -234,3 +241,26 @@ def test_walked_named_calls_parse_with_sglangs_parser(parser, svc, walker, tools
         _, calls = parser_.parse_non_stream(text)
         assert [c.name for c in calls] == [tool["function"]["name"]], text
         jsonschema.validate(json.loads(calls[0].parameters), tool["function"]["parameters"])
+
+
+@pytest.mark.parametrize("parser", [p for p in SGLANG_PARSERS if format_for_parser(p, "sglang").layout == "triggered"
+                                    and not format_for_parser(p, "sglang").bare_json_calls])
+def test_walked_agent_outputs_parse_with_sglangs_parser_as_calls_or_content(parser, svc, walker, tools):
+    """Under auto with an answer: a walk into a call is read as that call, a walk into the answer as content."""
+    from sglang.srt.entrypoints.openai.protocol import Tool
+    from sglang.srt.function_call.function_call_parser import FunctionCallParser
+
+    fmt = format_for_parser(parser, "sglang")
+    tag = build_tool_tag(fmt, tools, "auto", True, Settings(), answer=ANSWER)
+    head = fmt.forced_prefix + (fmt.wrapper[0] if fmt.wrapper else "")
+    name = tools[1]["function"]["name"]
+    call = walker.walk(svc.grammar(Constraint.of("structural_tag", tag)),
+                       prefix=head + fmt.render_begin(name).split("{index}")[0], closers=format_closers(fmt))
+    answer = walker.walk(svc.grammar(Constraint.of("structural_tag", tag)), prefix='{"done": ',
+                         closers=format_closers(fmt))
+    parse = FunctionCallParser([Tool.model_validate(t) for t in tools], parser)
+    _, calls = parse.parse_non_stream(call)
+    assert [c.name for c in calls] == [name], call
+    jsonschema.validate(json.loads(calls[0].parameters), tools[1]["function"]["parameters"])
+    assert not parse.has_tool_call(answer)
+    jsonschema.validate(json.loads(answer), ANSWER)

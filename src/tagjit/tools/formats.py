@@ -63,6 +63,11 @@ class ToolFormat:
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
+    def bare_json_calls(self) -> bool:
+        """Whether calls are bare JSON values (llama3_json), which a parser cannot tell from a JSON answer."""
+        return self.trigger[:1] in ("{", "[")
+
+    @property
     def openings(self) -> tuple[str, ...]:
         """Strings that start tool-call syntax; excluded from text when tool_choice is none."""
         found = [self.trigger]
