@@ -199,26 +199,46 @@ def test_masks_equal_the_whole_tag_on_a_walk(svc, info, fmt, choice, parallel):
     assert twin.masks > 5
 
 
-@pytest.mark.parametrize("fmt", ["hermes", "llama3_json"])
-@pytest.mark.parametrize("seed", range(4))
-def test_masks_equal_the_whole_tag_on_random_walks_with_rollbacks(svc, info, fmt, seed):
-    rng = random.Random(seed)
-    twin = Twin(svc, tool_tag(fmt, TOOLS[:10]))
-    vocab, stops = token_bytes(info), set(info.stop_token_ids)
+def walk_with_rollbacks(twin: "Twin", info: xgr.TokenizerInfo, rng: random.Random, favoured: np.ndarray,
+                        favour_p: float = 0.6, steps: int = 60, whole: np.ndarray | None = None) -> None:
+    """Random tokens through the twin, ``favoured`` ones (a bool per token id) with probability ``favour_p`` and
+    ``whole`` ones with 0.2, rolling back two now and then: every mask and verdict on the way is compared."""
+    stops = np.array(sorted(info.stop_token_ids))
     accepted = 0
-    for _ in range(60):
-        allowed = [t for t in np.nonzero(np.unpackbits(twin.check_mask().view(np.uint8), bitorder="little"))[0]
-                   if t < info.vocab_size and t not in stops]
-        if not allowed:
+    for _ in range(steps):
+        bits = np.unpackbits(twin.check_mask().view(np.uint8), bitorder="little")[: info.vocab_size]
+        allowed = np.setdiff1d(np.flatnonzero(bits), stops)
+        if not allowed.size:
             break
-        # Tokens with braces, '>' or newlines often cross a boundary: favour them.
-        crossing = [t for t in allowed if len(vocab[t]) > 1 and any(c in vocab[t] for c in (b"}", b"{", b">", b"\n"))]
-        assert twin.accept_token(int(rng.choice(crossing if crossing and rng.random() < 0.6 else allowed)))
+        first = allowed[whole[allowed]] if whole is not None else allowed[:0]
+        liked = allowed[favoured[allowed]]
+        pick = first if first.size and rng.random() < 0.2 else liked if liked.size and rng.random() < favour_p \
+            else allowed
+        assert twin.accept_token(int(pick[rng.randrange(pick.size)]))
         accepted += 1
         if accepted >= 3 and rng.random() < 0.2:
             twin.rollback(2)
             accepted -= 2
         twin.is_completed()
+
+
+_KINDS: dict[tuple[int, tuple[bytes, ...]], np.ndarray] = {}
+
+
+def holding(info: xgr.TokenizerInfo, *pieces: bytes) -> np.ndarray:
+    """Per token id: whether its bytes (two or more) hold one of the pieces (memoised per vocabulary)."""
+    key = (id(info), pieces)
+    if key not in _KINDS:
+        _KINDS[key] = np.array([len(b) > 1 and any(c in b for c in pieces) for b in token_bytes(info)])
+    return _KINDS[key]
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "llama3_json"])
+@pytest.mark.parametrize("seed", range(4))
+def test_masks_equal_the_whole_tag_on_random_walks_with_rollbacks(svc, info, fmt, seed):
+    # Tokens with braces, '>' or newlines often cross a boundary: favoured.
+    walk_with_rollbacks(Twin(svc, tool_tag(fmt, TOOLS[:10])), info, random.Random(seed),
+                        holding(info, b"}", b"{", b">", b"\n"))
 
 
 def test_straddling_tokens_at_both_boundaries_get_equal_masks(svc, info):
@@ -478,22 +498,8 @@ def test_calls_or_an_answer_compile_in_parts_with_the_whole_tags_masks(svc, info
 
 @pytest.mark.parametrize("seed", range(4))
 def test_calls_or_an_answer_keep_the_whole_tags_masks_on_random_walks_with_rollbacks(svc, info, seed):
-    rng = random.Random(seed)
     twin = Twin(svc, agent_tag("hermes", TOOLS[:10], parallel=seed % 2 == 0))
-    vocab, stops = token_bytes(info), set(info.stop_token_ids)
-    accepted = 0
-    for _ in range(60):
-        allowed = [t for t in np.nonzero(np.unpackbits(twin.check_mask().view(np.uint8), bitorder="little"))[0]
-                   if t < info.vocab_size and t not in stops]
-        if not allowed:
-            break
-        crossing = [t for t in allowed if any(c in vocab[t] for c in (b"}", b"{", b"<", b'"'))]
-        assert twin.accept_token(int(rng.choice(crossing if crossing and rng.random() < 0.6 else allowed)))
-        accepted += 1
-        if accepted >= 3 and rng.random() < 0.2:
-            twin.rollback(2)
-            accepted -= 2
-        twin.is_completed()
+    walk_with_rollbacks(twin, info, random.Random(seed), holding(info, b"}", b"{", b"<", b'"'))
 
 
 def test_an_answer_the_first_byte_cannot_tell_from_a_call_keeps_the_whole_tag(svc):
@@ -501,31 +507,38 @@ def test_an_answer_the_first_byte_cannot_tell_from_a_call_keeps_the_whole_tag(sv
     assert svc.compile(agent_tag("llama3_json", TOOLS[:4])).composite is None
 
 
-def test_an_answer_is_one_unit_reused_across_tool_combinations(info):
+@pytest.mark.parametrize("make", ["agent", "auto"])
+def test_the_answer_or_the_text_is_one_unit_reused_across_tool_combinations(info, make):
+    tag = {"agent": agent_tag, "auto": auto_tag}[make]
     svc = CompileService(info, UNHURRIED)
     try:
-        assert svc.compile(agent_tag("hermes", TOOLS[:6])).composite is not None
+        assert svc.compile(tag("hermes", TOOLS[:6])).composite is not None
         before = len(svc.units)
-        assert svc.compile(agent_tag("hermes", list(reversed(TOOLS[:6]))[:-1])).composite is not None
-        assert len(svc.units) == before == 7
+        assert svc.compile(tag("hermes", list(reversed(TOOLS[:6]))[:-1])).composite is not None
+        assert len(svc.units) == before == 7  # six argument units and the answer (or the text)
     finally:
         svc.close()
 
 
-def test_answer_texts_are_accepted_and_rejected_like_the_whole_tag(svc):
-    c = agent_tag("hermes", TOOLS[:6])
-    good, _, _ = call("hermes", TOOLS[0], '{"base": 10, "height": 5}')
-    texts = ['{"verdict": "resolved"}', '{"verdict": "resolved", "notes": ["x}"]}', '{"verdict": "maybe"}',
-             'Text {"verdict": "resolved"}', '{"verdict": "resolved"} ', good, good + '{"verdict": "resolved"}',
-             '{"verdict": "resolved"}' + good, '{"verdict": "resolved"']
+def verdicts_like_the_whole_tag(svc: CompileService, c: Constraint, texts: list[str]) -> list[tuple[bool, bool]]:
+    """(accepted, completed) per text, asserted equal to the whole tag's."""
     compiled = svc.compile(c)
+    assert compiled.composite is not None
     verdicts = []
     for text in texts:
         ours, ref = compiled.new_matcher(), full_matcher(svc, c)
         mine = (ours.accept_string(text), ours.is_completed())
         assert mine == (ref.accept_string(text), ref.is_completed()), text
         verdicts.append(mine)
-    assert verdicts.count((True, True)) == 3
+    return verdicts
+
+
+def test_answer_texts_are_accepted_and_rejected_like_the_whole_tag(svc):
+    good, _, _ = call("hermes", TOOLS[0], '{"base": 10, "height": 5}')
+    texts = ['{"verdict": "resolved"}', '{"verdict": "resolved", "notes": ["x}"]}', '{"verdict": "maybe"}',
+             'Text {"verdict": "resolved"}', '{"verdict": "resolved"} ', good, good + '{"verdict": "resolved"}',
+             '{"verdict": "resolved"}' + good, '{"verdict": "resolved"']
+    assert verdicts_like_the_whole_tag(svc, agent_tag("hermes", TOOLS[:6]), texts).count((True, True)) == 3
 
 
 # -- tool_choice=auto: free text, and calls where the trigger appears ---------------------------------
@@ -551,42 +564,14 @@ def test_auto_text_then_calls_keep_the_whole_tags_masks(svc, info, fmt, parallel
     assert twin.masks > 3
 
 
-_TOKEN_KINDS: dict[tuple[int, bytes], tuple[np.ndarray, np.ndarray]] = {}
-
-
-def token_kinds(info: xgr.TokenizerInfo, trigger: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """Per token id: whether it holds a piece of the call syntax or a closer, and whether it holds the trigger."""
-    key = (id(info), trigger)
-    if key not in _TOKEN_KINDS:
-        vocab = token_bytes(info)
-        _TOKEN_KINDS[key] = (np.array([any(c in b for c in (b"<", b">", b"}", b"{", b'"', b"_call")) for b in vocab]),
-                             np.array([trigger in b for b in vocab]))
-    return _TOKEN_KINDS[key]
-
-
 @pytest.mark.parametrize("fmt", ["hermes", "qwen25"])
 @pytest.mark.parametrize("seed", range(4))
 def test_auto_keeps_the_whole_tags_masks_on_random_walks_with_rollbacks(svc, info, fmt, seed):
-    rng = random.Random(seed)
+    # The trigger and the call syntax's pieces are favoured, so that walks go into calls and out again.
     twin = Twin(svc, auto_tag(fmt, TOOLS[:10], parallel=seed % 2 == 0))
-    stops = np.array(sorted(info.stop_token_ids))
-    crossing_kind, trigger_kind = token_kinds(info, load_format(fmt).trigger.encode())
-    accepted = 0
-    for _ in range(80):
-        bits = np.unpackbits(twin.check_mask().view(np.uint8), bitorder="little")[: info.vocab_size]
-        allowed = np.setdiff1d(np.flatnonzero(bits), stops)
-        if not allowed.size:
-            break
-        # Favour the trigger and the call syntax's pieces, so that walks go into calls and out again.
-        whole, crossing = allowed[trigger_kind[allowed]], allowed[crossing_kind[allowed]]
-        pick = whole if whole.size and rng.random() < 0.2 else crossing if crossing.size and rng.random() < 0.6 \
-            else allowed
-        assert twin.accept_token(int(pick[rng.randrange(pick.size)]))
-        accepted += 1
-        if accepted >= 3 and rng.random() < 0.2:
-            twin.rollback(2)
-            accepted -= 2
-        twin.is_completed()
+    trigger = load_format(fmt).trigger.encode()
+    walk_with_rollbacks(twin, info, random.Random(seed), holding(info, b"<", b">", b"}", b"{", b'"', b"_call"),
+                        steps=80, whole=np.array([trigger in b for b in token_bytes(info)]))
 
 
 def test_auto_text_may_end_the_output_anywhere_as_in_the_whole_tag(svc, info):
@@ -600,28 +585,9 @@ def test_auto_text_may_end_the_output_anywhere_as_in_the_whole_tag(svc, info):
 
 
 def test_auto_text_and_calls_are_accepted_and_rejected_like_the_whole_tag(svc):
-    c = auto_tag("qwen25", TOOLS[:6])
     good, _, _ = call("qwen25", TOOLS[0], '{"base": 10, "height": 5}')
     texts = ["Plain text.", "Text " + good, good + "\nMore text.", good + "\n" + good, "<think>no</think>",
              "Text <tool_call>{\"name\": \"no_such_tool\"", "<tool_call>", "a <tool_cal b", good[:-4],
              "x" + good + "y" + good]
-    compiled = svc.compile(c)
-    assert compiled.composite is not None
-    verdicts = []
-    for text in texts:
-        ours, ref = compiled.new_matcher(), full_matcher(svc, c)
-        mine = (ours.accept_string(text), ours.is_completed())
-        assert mine == (ref.accept_string(text), ref.is_completed()), text
-        verdicts.append(mine)
+    verdicts = verdicts_like_the_whole_tag(svc, auto_tag("qwen25", TOOLS[:6]), texts)
     assert (True, True) in verdicts and any(not ok for ok, _ in verdicts)
-
-
-def test_auto_units_are_reused_across_tool_combinations(info):
-    svc = CompileService(info, UNHURRIED)
-    try:
-        assert svc.compile(auto_tag("hermes", TOOLS[:6])).composite is not None
-        before = len(svc.units)
-        assert svc.compile(auto_tag("hermes", list(reversed(TOOLS[:6]))[:-1])).composite is not None
-        assert len(svc.units) == before == 7  # six argument units and the text
-    finally:
-        svc.close()
