@@ -158,19 +158,19 @@ def test_forced_tool_tag_compiles_in_parts(svc):
     assert compiled.composite is not None and compiled.grammar is None
 
 
-def test_auto_tool_choice_with_a_wrapper_keeps_the_whole_tag_compile(svc):
-    # deepseek_v31 wraps its calls: the calls block is a tag's content, which is not split.
-    compiled = svc.compile(tool_tag("deepseek_v31", TOOLS[:5], "auto", parallel=False))
-    assert compiled.composite is None and compiled.grammar is not None
-
-
 def strict(tools: list[dict]) -> list[dict]:
     return [{**t, "function": {**t["function"], "strict": True}} for t in tools]
 
 
-def test_auto_tool_choice_compiles_in_parts(svc):
+def test_auto_tool_choice_with_xml_arguments_keeps_the_whole_tag_compile(svc):
+    compiled = svc.compile(tool_tag("deepseek_v3_2", strict(TOOLS[:5]), "auto", parallel=False))
+    assert compiled.composite is None and compiled.grammar is not None
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "deepseek_v31", "kimi_k2", "mistral"])  # the last three wrap their calls
+def test_auto_tool_choice_compiles_in_parts(svc, fmt):
     for parallel in (True, False):
-        assert svc.compile(tool_tag("hermes", strict(TOOLS[:5]), "auto", parallel=parallel)).composite is not None
+        assert svc.compile(tool_tag(fmt, strict(TOOLS[:5]), "auto", parallel=parallel)).composite is not None
 
 
 def test_xml_argument_styles_keep_the_whole_tag_compile():
@@ -547,7 +547,7 @@ def auto_tag(fmt: str, tools: list[dict], parallel: bool = True) -> Constraint:
     return tool_tag(fmt, strict(tools), "auto", parallel)
 
 
-@pytest.mark.parametrize("fmt", ["hermes", "qwen25", "llama3_json"])
+@pytest.mark.parametrize("fmt", ["hermes", "qwen25", "llama3_json", "deepseek_v31", "kimi_k2", "mistral"])
 @pytest.mark.parametrize("parallel", [True, False])
 @pytest.mark.parametrize("lead", ["", "Let me check that. ", "Use <tool_call", "Say {\"name\" plainly. "])
 def test_auto_text_then_calls_keep_the_whole_tags_masks(svc, info, fmt, parallel, lead):
@@ -556,7 +556,7 @@ def test_auto_text_then_calls_keep_the_whole_tags_masks(svc, info, fmt, parallel
     f = load_format(fmt)
     if not twin.accept_string(lead):
         return  # the lead itself holds the trigger: both grammars refused it alike
-    prefix = f.render_begin(tools[2]["function"]["name"])
+    prefix = (f.wrapper[0] if f.wrapper else "") + f.render_begin(tools[2]["function"]["name"]).split("{index}")[0]
     try:
         Walker(info).walk(twin, prefix=prefix, closers=CLOSERS, max_tokens=200)
     except WalkError as e:
@@ -564,13 +564,13 @@ def test_auto_text_then_calls_keep_the_whole_tags_masks(svc, info, fmt, parallel
     assert twin.masks > 3
 
 
-@pytest.mark.parametrize("fmt", ["hermes", "qwen25"])
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("fmt", ["hermes", "qwen25", "mistral", "kimi_k2"])
+@pytest.mark.parametrize("seed", range(3))
 def test_auto_keeps_the_whole_tags_masks_on_random_walks_with_rollbacks(svc, info, fmt, seed):
     # The trigger and the call syntax's pieces are favoured, so that walks go into calls and out again.
     twin = Twin(svc, auto_tag(fmt, TOOLS[:10], parallel=seed % 2 == 0))
     trigger = load_format(fmt).trigger.encode()
-    walk_with_rollbacks(twin, info, random.Random(seed), holding(info, b"<", b">", b"}", b"{", b'"', b"_call"),
+    walk_with_rollbacks(twin, info, random.Random(seed), holding(info, b"<", b">", b"}", b"{", b'"', b"_call", b"[", b"|"),
                         steps=80, whole=np.array([trigger in b for b in token_bytes(info)]))
 
 

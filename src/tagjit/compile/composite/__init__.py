@@ -15,7 +15,8 @@ Contents must be JSON-style schemas (with regexes and constants around them, as 
 XML argument styles, raw grammars and free text inside a tag keep the whole-tag compile (``plan`` returns None).
 Free text with calls where a trigger appears (``triggered_tags``, tool_choice=auto) is split too: the text is a unit
 of its own, xgrammar's TagDispatch with the same trigger and excludes dispatching to nothing, done exactly where the
-trigger completes (the output may end inside it), then each call's begin less the trigger is a literal. A JSON value
+trigger completes (the output may end inside it), then each call's begin less the trigger is a literal (a wrapper's
+begin less the trigger, its calls and its end, where the calls sit in one). A JSON value
 outside any tag (an agent request's final answer beside its calls) is a unit too, a *bare* one: no begin literal
 leads to it, its own first byte enters it, so no literal beside it may begin with a byte it may begin with
 (llama3_json's calls are bare JSON objects as well: that tag compiles whole).

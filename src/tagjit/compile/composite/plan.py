@@ -155,8 +155,9 @@ def _build_triggered(node: dict, src: int, dst: int, p: Plan, units: dict[str, i
 
     The text is a unit of its own: xgrammar's TagDispatch with the same trigger and excludes, dispatching to
     nothing, so it is done exactly where the trigger completes (or the output may end inside it). Each tag's begin
-    less the trigger is then a literal, as in a forced tag; after a call the text unit comes again (or, with
-    stop_after_first, the end)."""
+    less the trigger is then a literal, as in a forced tag, and a tag whose content is the calls' own structure (a
+    wrapper) is laid out in the outer automaton; after a tag the text unit comes again (or, with stop_after_first,
+    the end)."""
     if src != 0 or dst != p.final or set(node) - {"type", "triggers", "tags", "excludes", "at_least_one",
                                                   "stop_after_first"} or node.get("at_least_one"):
         raise _NoFit
@@ -166,12 +167,10 @@ def _build_triggered(node: dict, src: int, dst: int, p: Plan, units: dict[str, i
         raise _NoFit
     trigger = triggers[0]
     lit = _lit(trigger)
-    rests = []
     for tag in tags:
         if not isinstance(tag, dict) or tag.get("type") != "tag" or not isinstance(tag.get("begin"), str) \
-                or not tag["begin"].startswith(trigger) or len(tag["begin"]) == len(trigger):
+                or not tag["begin"].startswith(trigger) or set(tag) - {"type", "begin", "content", "end"}:
             raise _NoFit
-        rests.append({**tag, "begin": tag["begin"][len(trigger):]})
     text = {"type": "triggered_tags", "triggers": [trigger], "tags": [
         {"type": "tag", "begin": trigger, "content": {"type": "const_string", "value": ""}, "end": ""}],
         "excludes": [_lit(e).decode("utf-8") for e in excludes], "stop_after_first": True}
@@ -179,8 +178,23 @@ def _build_triggered(node: dict, src: int, dst: int, p: Plan, units: dict[str, i
     calls, after = p.node(), p.node()
     p.edge(src, None, calls, unit=u, bare=True)
     p.edge(src, b"", dst)  # no text at all
-    for rest in rests:
-        _tag_edges(_tag_parts(rest, p, units), calls, after, p)
+    for tag in tags:
+        rest = tag["begin"][len(trigger):]
+        content = tag.get("content")
+        if isinstance(content, dict) and content.get("type") in ("tags_with_separator", "sequence", "or") \
+                and _has_forbidden(content):
+            # A wrapper around the calls (DeepSeek, Kimi, Mistral): its begin less the trigger, the calls as outer
+            # structure, its end.
+            inner, out = p.node(), p.node()
+            p.edge(calls, _lit(rest), inner)
+            _build(content, inner, out, p, units)
+            end = tag.get("end", "")
+            for e in end if isinstance(end, list) else [end]:
+                p.edge(out, _lit(e), after)
+        elif rest:
+            _tag_edges(_tag_parts({**tag, "begin": rest}, p, units), calls, after, p)
+        else:
+            raise _NoFit  # a unit right where the trigger completes: no literal would enter it
     p.edge(after, b"", dst)
     if not node.get("stop_after_first"):
         p.edge(after, None, calls, unit=u, bare=True)
