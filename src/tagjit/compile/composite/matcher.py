@@ -420,10 +420,11 @@ class CompositeMatcher:
         g, pos = self.g, 0
         while pos < len(data):
             frame = self.frame
-            if frame is None and g.entered(self.sid, data[pos]) >= 0:
-                self.frame = g.new_frame(g.entered(self.sid, data[pos]))
-                continue
             if frame is None:
+                bare = g.entered(self.sid, data[pos])
+                if bare >= 0:
+                    self.frame = g.new_frame(bare)
+                    continue
                 sid = g.step(self.sid, data[pos])
                 if sid < 0:
                     return False
