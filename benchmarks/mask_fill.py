@@ -143,7 +143,10 @@ class Impl:
 class Tagjit(Impl):
     def __init__(self, name: str, info: xgr.TokenizerInfo, ws: int | None, swap: bool = True) -> None:
         self.name = name
-        self.settings = get_settings().replace(max_whitespace=ws, lint=False, composite_swap=swap)
+        # Tool rows with the switch measure a combination that recurs or a long output (the whole tag compiled,
+        # composite_swap_after_tokens=0), the parts-only row a new combination's first tokens.
+        self.settings = get_settings().replace(max_whitespace=ws, lint=False, composite_swap=swap,
+                                               composite_swap_after_tokens=0)
         self.service = CompileService(info, self.settings)
         self.separators = COMPACT if ws == 0 else SPACED
 

@@ -431,14 +431,66 @@ def assert_equal_masks_along_from(twin: Twin, tokens: list[int], start: int) -> 
     assert twin.is_completed()
 
 
-def test_with_composite_swap_the_whole_tag_compiles_in_the_background(info):
-    svc = CompileService(info, UNHURRIED.replace(composite_swap=True))
+def test_with_composite_swap_at_once_the_whole_tag_compiles_in_the_background(info):
+    svc = CompileService(info, UNHURRIED.replace(composite_swap=True, composite_swap_after_tokens=0))
     try:
         compiled = svc.compile(tool_tag("hermes", TOOLS[10:14]))
         assert compiled.composite is not None
         compiled.composite.full_future.result(timeout=600)
         twin = Twin(svc, tool_tag("hermes", TOOLS[10:14]))  # the same tag: the cached composite, compiled whole
         twin.check_mask()
+        assert twin.grammar._matcher.delegated
+    finally:
+        svc.close()
+
+
+def swap_service(info, after: int) -> CompileService:
+    return CompileService(info, UNHURRIED.replace(composite_swap=True, composite_swap_after_tokens=after))
+
+
+def test_a_new_combination_compiles_whole_only_once_its_request_has_taken_the_swap_tokens(info):
+    svc = swap_service(info, 8)
+    try:
+        text, _, _ = call("hermes", TOOLS[0], '{"base": 10, "height": 5}')
+        tokens = greedy_tokens(info, text)
+        assert len(tokens) > 8
+        g = svc.grammar(tool_tag("hermes", TOOLS[:3]))
+        mask = allocate_token_bitmask(1, info.vocab_size)
+        for t in tokens[:7]:
+            g.fill_bitmask(mask, 0)
+            assert g.accept_token(t)
+        assert g.compiled.composite.full_future is None
+        g.fill_bitmask(mask, 0)
+        assert g.accept_token(tokens[7])
+        g.compiled.composite.full_future.result(timeout=600)
+    finally:
+        svc.close()
+
+
+def test_a_combination_that_comes_again_compiles_whole_at_its_second_request(info):
+    svc = swap_service(info, 1000)
+    try:
+        first = svc.grammar(tool_tag("hermes", TOOLS[4:7]))
+        first.fill_bitmask(allocate_token_bitmask(1, info.vocab_size), 0)
+        assert first.compiled.composite.full_future is None
+        second = svc.grammar(tool_tag("hermes", TOOLS[4:7]))
+        second.fill_bitmask(allocate_token_bitmask(1, info.vocab_size), 0)
+        assert second.compiled is first.compiled
+        first.compiled.composite.full_future.result(timeout=600)
+    finally:
+        svc.close()
+
+
+def test_the_masks_stay_the_same_across_the_switch_to_the_whole_tag(info):
+    svc = swap_service(info, 6)
+    try:
+        text, _, _ = call("hermes", TOOLS[0], '{"base": 10, "height": 5}')
+        twin = Twin(svc, tool_tag("hermes", TOOLS[:3]))
+        for i, t in enumerate(greedy_tokens(info, text)):
+            if i == 6:
+                twin.grammar.compiled.composite.full_future.result(timeout=600)
+            twin.check_mask()
+            assert twin.accept_token(t)
         assert twin.grammar._matcher.delegated
     finally:
         svc.close()

@@ -68,6 +68,10 @@ class Settings:
     composite_swap: bool = True
     """A tool-call tag compiled per tool also compiles whole on a background thread; each request switches to
     the whole grammar's matcher once it is ready, so the rest of its output gets xgrammar's mask speed."""
+    composite_swap_after_tokens: int = 32
+    """With ``composite_swap``: a new combination compiles whole once a request of it has taken this many tokens,
+    or when a second request brings it again (agents resend their tools every turn); a short call of a combination
+    seen once never pays the whole compile. 0: every new combination compiles whole at once."""
     lint: bool = True
     """Warn (and count) when a schema puts decision fields before reasoning fields or looks sorted."""
     vllm_tools: bool = True
@@ -135,7 +139,7 @@ def env_name(field_name: str) -> str:
 
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
-_NON_NEGATIVE = {"max_whitespace", "compile_timeout_s", "compile_threads", "compile_nice", "xgrammar_threads",
+_NON_NEGATIVE = {"max_whitespace", "composite_swap_after_tokens", "compile_timeout_s", "compile_threads", "compile_nice", "xgrammar_threads",
                  "cache_bytes", "memo_bytes", "stall_budget_ms"}
 
 

@@ -63,7 +63,7 @@ class CompositeAssembler:
         ms = (time.perf_counter() - start) * 1000
         metrics.COMPILE_MS.labels(constraint.kind.value).observe(ms)
         if self._background is not None:
-            cg.prefetch_full(self._background)
+            cg.swap_later(self._background, self.settings.composite_swap_after_tokens)
             cg.nbytes += sum(u.nbytes for u in units)  # the whole tag's grammar holds about what its units hold
         return Compiled(None, key, ms, composite=cg)
 
