@@ -12,7 +12,7 @@ Where SGLang builds the tool-call constraint
     (a thinking request and no ``--reasoning-parser``). The same detector later reads the output;
     after a structural tag it reads it in the model's native syntax.
 
-The hook (two AROUND hooks in SGLang's plugin ``HookRegistry``, applied by ``load_plugins()``)
+The hooks (AROUND hooks in SGLang's plugin ``HookRegistry``, applied by ``load_plugins()``)
     1. ``OpenAIServingChat._process_messages``: when tagjit is this server's grammar backend and
        the tool-call parser maps to a tagjit format (``sglang_tool_parsers`` in
        ``configs/formats/*.json``, with the variant for the model's vocabulary), SGLang's method
@@ -26,6 +26,11 @@ The hook (two AROUND hooks in SGLang's plugin ``HookRegistry``, applied by ``loa
        constraint becomes tagjit's tag of calls or exactly one JSON answer under the schema; under ``required`` or a
        named tool, tagjit's calls tag stands (SGLang alone refuses the pair); ``none`` keeps SGLang's JSON answer.
        The response format is then taken off the request, so SGLang parses the tool calls of the output.
+    4. ``FunctionCallParser.has_tool_call``, ``parse_non_stream``, ``parse_stream_chunk`` and ``parse_stream_end`` on a
+       tagjit server: an output that is one JSON value and no call of the request's tools is content. Where calls are
+       bare JSON (llama3), SGLang's detector reads every JSON output as a call and drops an agent's answer; a call it
+       finds, and text it returns, are never changed. Streamed, such an output is held back until the stream shows a
+       call (then released as SGLang parsed it) or ends (then the answer is one content delta).
     Bad tool input (a tool name the syntax cannot carry, a schema feature tagjit cannot enforce)
     raises tagjit's ``ConstraintError``, a ``ValueError``, which SGLang's ``handle_request`` turns
     into HTTP 400 for that request. ``TAGJIT_SGLANG_TOOLS=0`` turns the replacement off.
@@ -34,6 +39,7 @@ The hook (two AROUND hooks in SGLang's plugin ``HookRegistry``, applied by ``loa
 from __future__ import annotations
 
 import copy
+import json
 import logging
 from contextvars import ContextVar
 from typing import Any, Callable, NamedTuple
@@ -42,7 +48,10 @@ log = logging.getLogger("tagjit.sglang")
 
 BACKEND = "tagjit"
 PROCESS_MESSAGES = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._process_messages"
-STRUCTURE_CONSTRAINT = "sglang.srt.function_call.function_call_parser.FunctionCallParser.get_structure_constraint"
+_PARSER = "sglang.srt.function_call.function_call_parser.FunctionCallParser."
+STRUCTURE_CONSTRAINT = _PARSER + "get_structure_constraint"
+HAS_TOOL_CALL, PARSE_NON_STREAM = _PARSER + "has_tool_call", _PARSER + "parse_non_stream"
+PARSE_STREAM_CHUNK, PARSE_STREAM_END = _PARSER + "parse_stream_chunk", _PARSER + "parse_stream_end"
 _CACHE_ATTR = "_tagjit_tool_format"
 
 
@@ -76,11 +85,10 @@ def enabled() -> bool:
 
 
 def install() -> None:
-    """Register the two hooks with SGLang's HookRegistry once; ``load_plugins()`` applies them."""
+    """Register the hooks with SGLang's HookRegistry once; ``load_plugins()`` applies them."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    for target, hook in ((PROCESS_MESSAGES, around_process_messages),
-                         (STRUCTURE_CONSTRAINT, around_structure_constraint)):
+    for target, hook in HOOKS.items():
         if not any(h is hook for _, h, _ in HookRegistry._hooks.get(target, ())):
             HookRegistry.register(target, hook, HookType.AROUND)
 
@@ -154,13 +162,6 @@ def _serve_agent_request(serving: Any, request: Any, processed: Any, fmt: str, a
     JSON-only constraint; under ``required`` or a named tool the calls' tag stands (SGLang would refuse the pair).
     The response format is taken off the request so that SGLang neither constrains to it nor skips tool parsing."""
     if request.tool_choice == "auto":
-        from tagjit.engine import load_format
-
-        if load_format(fmt).bare_json_calls:
-            # SGLang's detector would read the JSON answer as a failed call and drop it: its JSON answer stands.
-            log.info("tagjit: %s calls are bare JSON, which SGLang's parser cannot tell from the answer: "
-                     "tools are not callable beside a JSON response_format under tool_choice=auto", fmt)
-            return
         tools = [t.model_dump() for t in serving._effective_tools(request)]
         reasoning = bool(serving._get_reasoning_from_request(request)) and serving.reasoning_parser is None
         tag = tool_tag(fmt, tools, "auto", request.parallel_tool_calls is not False, reasoning, settings,
@@ -185,6 +186,86 @@ def around_structure_constraint(original: Callable, parser: Any, tool_choice: An
     return constraint if tag is None else ("structural_tag", tag)
 
 
+# -- reading an agent's JSON answer where calls are bare JSON too (hook 4) ----------------------------------------
+
+def _tagjit_server() -> bool:
+    try:
+        from sglang.srt.runtime_context import get_context
+
+        return enabled() and get_context().config_leaf("grammar_backend") == BACKEND
+    except Exception:  # no published server arguments (SGLang's parser used on its own): SGLang's rules
+        return False
+
+
+def json_answer(parser: Any, text: str) -> bool:
+    """Whether text is one JSON value that calls none of the parser's tools (an answer), on a tagjit server."""
+    stripped = text.strip()
+    if not stripped or stripped[0] not in "{[\"-0123456789tfn":
+        return False
+    try:
+        value = json.loads(stripped)
+    except ValueError:
+        return False
+    names = {t.function.name for t in parser.tools or ()}
+    calls = value if isinstance(value, list) else [value]
+    return not any(isinstance(c, dict) and c.get("name") in names for c in calls) and _tagjit_server()
+
+
+def around_has_tool_call(original: Callable, parser: Any, text: str) -> bool:
+    """SGLang's test, except that a JSON answer has no call."""
+    return original(parser, text) and not json_answer(parser, text)
+
+
+def around_parse_non_stream(original: Callable, parser: Any, full_text: str, **kwargs: Any) -> tuple:
+    """SGLang's parse; an output it reads no call and no text from, and that is a JSON answer, is content."""
+    normal, calls = original(parser, full_text, **kwargs)
+    if not calls and not normal.strip() and json_answer(parser, full_text):
+        return full_text, []
+    return normal, calls
+
+
+class _Held:
+    """A stream that opened with JSON: its text so far, and what SGLang returned while no call had come."""
+
+    __slots__ = ("raw", "normal", "released")
+
+    def __init__(self) -> None:
+        self.raw, self.normal, self.released = "", "", False
+
+
+def around_parse_stream_chunk(original: Callable, parser: Any, chunk_text: str) -> tuple:
+    """SGLang's incremental parse, held back while a stream that opened with JSON has shown no call."""
+    held: _Held | None = parser.__dict__.get("_tagjit_held")
+    if held is None:
+        if parser.__dict__.get("_tagjit_passed") or not chunk_text.strip():
+            return original(parser, chunk_text)
+        if chunk_text.lstrip()[0] not in "{[" or not _tagjit_server():
+            parser.__dict__["_tagjit_passed"] = True
+            return original(parser, chunk_text)
+        held = parser.__dict__["_tagjit_held"] = _Held()
+    normal, calls = original(parser, chunk_text)
+    if held.released:
+        return normal, calls
+    held.raw += chunk_text
+    if calls:  # a call after all: what SGLang read so far, as it read it
+        held.released = True
+        return held.normal + normal, calls
+    held.normal += normal
+    return "", []
+
+
+def around_parse_stream_end(original: Callable, parser: Any) -> tuple:
+    """SGLang's end of stream; a held-back stream is its JSON answer as content, else what SGLang returned."""
+    normal, calls = original(parser)
+    held: _Held | None = parser.__dict__.get("_tagjit_held")
+    if held is None or held.released:
+        return normal, calls
+    held.released = True
+    if not calls and json_answer(parser, held.raw):
+        return held.raw, []
+    return held.normal + normal, calls
+
+
 def tool_tag(fmt_name: str, tools: list[dict], tool_choice: Any, parallel_tool_calls: bool, reasoning: bool,
              settings: Any, answer: dict | bool | None = None) -> ToolTag | None:
     """tagjit's tag for a request SGLang constrains (ConstraintError, a ValueError, on bad tools)."""
@@ -196,5 +277,10 @@ def tool_tag(fmt_name: str, tools: list[dict], tool_choice: Any, parallel_tool_c
     return None if tag is None else ToolTag(tag)
 
 
-__all__ = ["ToolTag", "enabled", "install", "server_format", "around_process_messages",
-           "around_structure_constraint", "tool_tag"]
+HOOKS: dict[str, Callable] = {PROCESS_MESSAGES: around_process_messages, STRUCTURE_CONSTRAINT: around_structure_constraint,
+                              HAS_TOOL_CALL: around_has_tool_call, PARSE_NON_STREAM: around_parse_non_stream,
+                              PARSE_STREAM_CHUNK: around_parse_stream_chunk, PARSE_STREAM_END: around_parse_stream_end}
+
+__all__ = ["ToolTag", "enabled", "install", "server_format", "json_answer", "around_process_messages",
+           "around_structure_constraint", "around_has_tool_call", "around_parse_non_stream", "around_parse_stream_chunk",
+           "around_parse_stream_end", "tool_tag", "HOOKS"]

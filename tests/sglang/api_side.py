@@ -127,6 +127,36 @@ def generate_and_parse(tool_call_parser: str, tools: list[dict], tool_choice: An
             "parses": not request._response_parser_json_response_format}
 
 
+def stream_and_parse(tool_call_parser: str, tools: list[dict], tool_choice: Any, output: str, **fields: Any) -> dict:
+    """``output`` streamed a token at a time through SGLang's ``_process_tool_call_stream`` (the last delta with
+    ``flush``, as at the end of a stream): the content deltas and the tool calls its chunks carry."""
+    handler = serving(tool_call_parser)
+    _, request = handler._convert_to_internal_request(chat_request(tools, tool_choice, stream=True, **fields))
+    tokens = S.encode(output)
+    deltas = [S.tokenizer().decode(tokens[:i + 1])[len(S.tokenizer().decode(tokens[:i])):] for i in range(len(tokens))]
+
+    async def run() -> list[str]:
+        parsers: dict = {}
+        out = []
+        for i, delta in enumerate(deltas):
+            async for chunk in handler._process_tool_call_stream(0, delta, parsers, {"meta_info": {"id": "x"}},
+                                                                 request, {}, 0, flush=i == len(deltas) - 1):
+                out.append(chunk)
+        return out
+
+    content, calls = [], {}
+    for chunk in asyncio.run(run()):
+        delta = json.loads(chunk.removeprefix("data: "))["choices"][0]["delta"]
+        if delta.get("content"):
+            content.append(delta["content"])
+        for c in delta.get("tool_calls") or []:
+            call = calls.setdefault(c["index"], {"name": "", "arguments": ""})
+            call["name"] += c["function"].get("name") or ""
+            call["arguments"] += c["function"].get("arguments") or ""
+    return {"content": content, "calls": [{"name": c["name"], "arguments": json.loads(c["arguments"])}
+                                          for _, c in sorted(calls.items())]}
+
+
 def sglang_own_constraint(tool_call_parser: str, tools: list[dict], tool_choice: Any = "auto",
                           parallel_tool_calls: bool = True) -> list | None:
     """SGLang's own FunctionCallParser constraint for these tools, outside any serving request."""
@@ -153,8 +183,8 @@ def hooks_applied() -> dict:
     return {target: {"hooks": sum(1 for _, h, _ in HookRegistry._hooks.get(target, ())
                                   if getattr(h, "__module__", "") == tools.__name__),
                      "applied": target in HookRegistry._patched}
-            for target in (tools.PROCESS_MESSAGES, tools.STRUCTURE_CONSTRAINT)}
+            for target in tools.HOOKS}
 
 
-__all__ = ["serving", "chat_request", "sampling_constraint", "http_error", "generate_and_parse",
+__all__ = ["serving", "chat_request", "sampling_constraint", "http_error", "generate_and_parse", "stream_and_parse",
            "sglang_own_constraint", "hooks_applied"]

@@ -205,11 +205,51 @@ def test_an_agent_answer_is_read_as_content_and_a_call_as_a_call(api, tools):
     assert got["calls"] == [] and json.loads(got["content"]) == {"done": True}
 
 
-def test_bare_json_calls_beside_an_answer_keep_sglangs_json_answer(api, tools):
-    # SGLang's llama3 detector reads any JSON output as a call attempt and drops it when it is not one.
+def llama3_call(tool: dict, args: dict) -> str:
+    return f'{{"name": "{tool["function"]["name"]}", "parameters": {json.dumps(args)}}}'
+
+
+def test_bare_json_calls_beside_an_answer_get_tagjits_calls_or_answer_tag(api, tools):
     assert load_format("llama3_json").bare_json_calls
     got = api("sampling_constraint", "llama3", tools, "auto", response_format=JSON_ANSWER)
-    assert got == {"json_schema": ANSWER}
+    assert got == {"structural_tag": build_tool_tag("llama3_json", tools, "auto", True, get_settings(),
+                                                    answer=ANSWER)}
+
+
+def test_where_calls_are_bare_json_an_agent_answer_is_content_and_a_call_a_call(api, tools):
+    # SGLang's llama3 detector alone reads every JSON output as a call attempt and drops the answer.
+    call = llama3_call(tools[0], {"base": 3, "height": 4})
+    got = api("generate_and_parse", "llama3", tools, "auto", call, response_format=JSON_ANSWER)
+    assert got["error"] is None and got["terminated"] and got["parses"]
+    assert got["calls"] == [{"name": tools[0]["function"]["name"], "arguments": {"base": 3, "height": 4}}]
+    got = api("generate_and_parse", "llama3", tools, "auto", '{"done": true}', response_format=JSON_ANSWER)
+    assert got["error"] is None and got["terminated"] and got["parses"]
+    assert got["calls"] == [] and json.loads(got["content"]) == {"done": True}
+
+
+def test_a_streamed_bare_json_answer_arrives_as_content_at_the_end(api, tools):
+    got = api("stream_and_parse", "llama3", tools, "auto", '{"done": true}', response_format=JSON_ANSWER)
+    assert got["calls"] == [] and len(got["content"]) == 1 and json.loads(got["content"][0]) == {"done": True}
+
+
+def test_a_streamed_answer_whose_first_key_is_name_is_not_mangled_into_content_pieces(api, tools):
+    answer = {"type": "json_schema", "json_schema": {"name": "who", "schema": {
+        "type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}}}}
+    got = api("stream_and_parse", "llama3", tools, "auto", '{"name": "Maria Lopez", "age": 34}', response_format=answer)
+    assert got["calls"] == [] and [json.loads(c) for c in got["content"]] == [{"name": "Maria Lopez", "age": 34}]
+
+
+def test_a_streamed_bare_json_call_streams_as_sglang_reads_it(api, tools):
+    call = llama3_call(tools[0], {"base": 3, "height": 4})
+    got = api("stream_and_parse", "llama3", tools, "auto", call, response_format=JSON_ANSWER)
+    assert got == {"content": [], "calls": [{"name": tools[0]["function"]["name"], "arguments": {"base": 3, "height": 4}}]}
+    plain = api("stream_and_parse", "llama3", tools, "auto", call)
+    assert plain == got
+
+
+def test_sglangs_reading_of_outputs_without_json_is_unchanged(api, tools):
+    got = api("stream_and_parse", "llama3", tools, "auto", "It is sunny.")
+    assert got == {"content": ["It", " is", " sunny", "."], "calls": []}
 
 
 def test_an_agent_answer_outside_the_schema_is_refused_by_the_grammar(api, tools):
