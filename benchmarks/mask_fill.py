@@ -157,7 +157,7 @@ class Tagjit(Impl):
             tag = build_tool_tag_json(load_format("hermes"), case.tools, "required", False, self.settings)
             c = Constraint.of(Kind.STRUCTURAL_TAG, tag)
         self.service.validate(c)
-        compiled = self.service.compile(c)
+        compiled = self.service.compile_ready(c)  # steady masks: no part left to compile mid-walk
         if compiled.composite is not None and compiled.composite.full_future is not None:
             compiled.composite.full_future.result()  # the switch to the whole tag happens at the first mask
         return self.service.grammar(c)

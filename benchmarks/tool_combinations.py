@@ -81,7 +81,8 @@ def run_tagjit(info: xgr.TokenizerInfo, lists: list[list[dict]], fmt: str, threa
     try:
         for i, tools in enumerate(lists):
             t = time.perf_counter()
-            compiled = svc.compile(Constraint.of("structural_tag", tag_for(fmt, tools, choice, settings)))
+            # Every part compiled (compile alone returns before the parts a first mask does not reach).
+            compiled = svc.compile_ready(Constraint.of("structural_tag", tag_for(fmt, tools, choice, settings)))
             out.append(ms(t))
             if i == 2:
                 matcher = compiled.new_matcher()

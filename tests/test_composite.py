@@ -7,6 +7,9 @@ Every comparison runs the composite matcher beside xgrammar's matcher over the w
 from __future__ import annotations
 
 import random
+import threading
+from contextlib import contextmanager
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -20,6 +23,7 @@ from tagjit.runtime.matcher import Matcher, allocate_token_bitmask, allowed_toke
 from tagjit.compile.composite.plan import plan
 from tagjit.build.grammars import build_grammar
 from tagjit.constraint import Constraint
+from tagjit.errors import ConstraintError
 from tagjit.runtime.vocab import token_bytes
 from tagjit.tools import build_tool_tag
 from tagjit.tools import load_format
@@ -343,10 +347,10 @@ def test_stop_token_is_allowed_only_where_the_calls_may_end(svc, info):
 def test_a_new_combination_of_known_tools_reuses_every_compiled_part(info):
     svc = CompileService(info, UNHURRIED)
     try:
-        svc.compile(tool_tag("hermes", TOOLS[:12]))
+        svc.compile_ready(tool_tag("hermes", TOOLS[:12]))
         compiled_units, hits = len(svc.units), svc.units.hits
         combination = list(reversed(TOOLS[1:12]))
-        svc.compile(tool_tag("hermes", combination))
+        svc.compile_ready(tool_tag("hermes", combination))
         assert len(svc.units) == compiled_units
         assert svc.units.hits - hits == len(combination)  # one unit per tool: both call syntaxes share it
     finally:
@@ -360,8 +364,8 @@ def test_property_order_is_part_of_a_units_key(info):
         **tool["function"]["parameters"], "properties": dict(reversed(list(props.items())))}}}
     svc = CompileService(info, UNHURRIED)
     try:
-        svc.compile(tool_tag("hermes", [tool]))
-        svc.compile(tool_tag("hermes", [reordered]))
+        svc.compile_ready(tool_tag("hermes", [tool]))
+        svc.compile_ready(tool_tag("hermes", [reordered]))
         assert len(svc.units) == 2
     finally:
         svc.close()
@@ -370,9 +374,9 @@ def test_property_order_is_part_of_a_units_key(info):
 def test_half_new_tools_compile_only_the_new_parts(info):
     svc = CompileService(info, UNHURRIED)
     try:
-        svc.compile(tool_tag("hermes", TOOLS[:10]))
+        svc.compile_ready(tool_tag("hermes", TOOLS[:10]))
         before = len(svc.units)
-        svc.compile(tool_tag("hermes", TOOLS[5:15]))
+        svc.compile_ready(tool_tag("hermes", TOOLS[5:15]))
         assert len(svc.units) == before + 5
     finally:
         svc.close()
@@ -381,8 +385,81 @@ def test_half_new_tools_compile_only_the_new_parts(info):
 def test_unit_cache_is_bounded_in_bytes(info):
     svc = CompileService(info, UNHURRIED.replace(cache_bytes=1_000_000))
     try:
-        svc.compile(tool_tag("hermes", TOOLS[:8]))
+        svc.compile_ready(tool_tag("hermes", TOOLS[:8]))
         assert svc.units.bytes <= 1_000_000 and svc.units.evictions > 0
+    finally:
+        svc.close()
+
+
+# -- parts compiled where they are reached --------------------------------------------------------
+
+@contextmanager
+def busy_unit_pool(svc: CompileService) -> Iterator[None]:
+    """The service's one unit-pool thread held by other work for the block: no part compiles in the background."""
+    svc.wait_tables()
+    started, release = threading.Event(), threading.Event()
+    svc._unit_pool.submit(lambda: (started.set(), release.wait(600)))
+    assert started.wait(600)
+    try:
+        yield
+    finally:
+        release.set()
+
+
+def one_thread(info) -> CompileService:
+    return CompileService(info, UNHURRIED.replace(xgrammar_threads=1))
+
+
+def test_the_first_mask_of_a_new_combination_waits_for_no_part_it_cannot_reach(info):
+    svc = one_thread(info)
+    try:
+        with busy_unit_pool(svc):
+            g = svc.grammar(tool_tag("hermes", TOOLS[20:26]))
+            mask = allocate_token_bitmask(1, info.vocab_size)
+            g.fill_bitmask(mask, 0)
+            assert allowed_tokens(mask, 0, info.vocab_size)
+            assert len(svc.units) == 0 and not g.compiled.composite.units_ready
+    finally:
+        svc.close()
+
+
+def test_the_part_a_call_reaches_compiles_at_once_with_exact_masks_while_the_pool_is_busy(info):
+    svc = one_thread(info)
+    try:
+        with busy_unit_pool(svc):
+            text, _, _ = call("hermes", TOOLS[0], '{"base": 10, "height": 5}')
+            twin = Twin(svc, tool_tag("hermes", [TOOLS[27], TOOLS[0], TOOLS[28]]))
+            for t in greedy_tokens(info, text):
+                twin.check_mask()
+                assert twin.accept_token(t)
+            assert len(svc.units) == 1  # the called tool's arguments only
+    finally:
+        svc.close()
+
+
+def test_a_part_that_cannot_compile_leaves_its_request_only_able_to_stop(info, monkeypatch):
+    svc = one_thread(info)
+    try:
+        with busy_unit_pool(svc):
+            def broken(content: str, key: str):
+                raise ConstraintError("invalid structural_tag: this part does not compile")
+            monkeypatch.setattr(svc._composites, "_compile_unit", broken)
+            g = svc.grammar(tool_tag("hermes", TOOLS[30:33]), stop_token_ids=[info.stop_token_ids[0]])
+            text, _, _ = call("hermes", TOOLS[31], "{}")
+            mask = allocate_token_bitmask(1, info.vocab_size)
+            taken = 0
+            for t in greedy_tokens(info, text):
+                g.fill_bitmask(mask, 0)
+                if not g.accept_token(t):
+                    break
+                taken += 1
+            assert 0 < taken and g.error is not None
+            g.fill_bitmask(mask, 0)
+            assert allowed_tokens(mask, 0, info.vocab_size) == [info.stop_token_ids[0]]
+            monkeypatch.undo()
+            other = svc.grammar(tool_tag("hermes", TOOLS[33:35]))
+            other.fill_bitmask(mask, 0)
+            assert other.error is None
     finally:
         svc.close()
 
@@ -564,9 +641,9 @@ def test_the_answer_or_the_text_is_one_unit_reused_across_tool_combinations(info
     tag = {"agent": agent_tag, "auto": auto_tag}[make]
     svc = CompileService(info, UNHURRIED)
     try:
-        assert svc.compile(tag("hermes", TOOLS[:6])).composite is not None
+        assert svc.compile_ready(tag("hermes", TOOLS[:6])).composite is not None
         before = len(svc.units)
-        assert svc.compile(tag("hermes", list(reversed(TOOLS[:6]))[:-1])).composite is not None
+        assert svc.compile_ready(tag("hermes", list(reversed(TOOLS[:6]))[:-1])).composite is not None
         assert len(svc.units) == before == 7  # six argument units and the answer (or the text)
     finally:
         svc.close()

@@ -138,6 +138,13 @@ class CompileService:
             self.disk.put(key, cg.serialize_json())
         return compiled
 
+    def compile_ready(self, constraint: Constraint) -> Compiled:
+        """``compile``, and every part of a composite too, so that no mask of it waits (warm-up, benchmarks)."""
+        compiled = self.compile(constraint)
+        if compiled.composite is not None:
+            compiled.composite.resolve_units()
+        return compiled
+
     def estimate_ms(self, constraint: Constraint) -> float:
         """Expected compile time of a constraint not yet cached (from recent compiles)."""
         return self._ms_per_kb * max(1.0, len(constraint.source) / 1024)
@@ -175,6 +182,7 @@ class CompileService:
             metrics.WARMUP_MS.labels(name).observe(steps[name])
 
         def first_fill(constraint: Constraint) -> None:
+            self.compile_ready(constraint)
             fill_bitmasks([self.grammar(constraint)], bitmask, [0])
 
         step("tables", self.wait_tables)
@@ -185,7 +193,7 @@ class CompileService:
 
     def warmup(self, constraints: Sequence[Constraint]) -> int:
         """Compile constraints ahead of traffic; returns how many compiled (bad ones are logged)."""
-        return warm_up(self.compile, constraints)
+        return warm_up(self.compile_ready, constraints)
 
     def close(self) -> None:
         """Stop the compile pools."""

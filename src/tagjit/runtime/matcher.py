@@ -13,6 +13,7 @@ import torch
 import xgrammar as xgr
 
 from tagjit import metrics
+from tagjit.errors import ConstraintError
 
 log = logging.getLogger("tagjit")
 
@@ -156,6 +157,12 @@ class Matcher:
             self._plain = self._matcher
         return self._matcher
 
+    def _lose(self, e: ConstraintError) -> None:
+        # As a compile that failed before the first mask: from here the request may only stop.
+        log.error("tagjit: grammar unavailable (%s); the request may only stop", e)
+        self.error = e
+        self._matcher = self._plain = self._filter = None
+
     def copy(self) -> "Matcher":
         """A fresh, un-advanced grammar over the same compiled constraint."""
         return Matcher(self._source, stop_token_ids=self._stop_token_ids, vocab_size=self.vocab_size,
@@ -186,7 +193,12 @@ class Matcher:
             return ok
         if self._filter is not None and not self._filter.accept(token):
             return False
-        if not matcher.accept_token(token):
+        try:
+            ok = matcher.accept_token(token)
+        except ConstraintError as e:  # a composite's part that the token reached could not compile
+            self._lose(e)
+            return self.accept_token(token)
+        if not ok:
             if self._filter is not None:
                 self._filter.rollback(1)
             return False
@@ -277,7 +289,11 @@ class Matcher:
             if inner is not None:
                 self._plain = inner
                 return inner
-        matcher.fill_next_token_bitmask(bitmask, index)
+        try:
+            matcher.fill_next_token_bitmask(bitmask, index)
+        except ConstraintError as e:  # a composite's part that this mask reached could not compile
+            self._lose(e)
+            return self._plain_or_fill(bitmask, index)
         if self._filter is not None:
             self._filter.restrict(bitmask, index)
         return None

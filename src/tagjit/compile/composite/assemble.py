@@ -6,6 +6,8 @@ parts (plan, vocabulary index, matcher) know nothing of.
 
 from __future__ import annotations
 
+import functools
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
@@ -15,7 +17,7 @@ import xgrammar as xgr
 from tagjit import metrics
 from tagjit.build.grammars import build_grammar, legacy_to_format
 from tagjit.compile.cache import LRUCache
-from tagjit.compile.composite.matcher import CompositeGrammar, Unit, make_unit
+from tagjit.compile.composite.matcher import CompositeGrammar, PendingUnit, Unit, make_unit
 from tagjit.compile.composite.plan import Ambiguous, plan
 from tagjit.compile.composite.vocab import vocab_index
 from tagjit.constraint import Constraint, Kind
@@ -36,6 +38,8 @@ class CompositeAssembler:
         self._pool = pool
         self._background = background  # whole-tag compiles for the switch (settings.composite_swap)
         self.units: LRUCache[Unit] = LRUCache(settings.cache_bytes, lambda u: u.nbytes)
+        self._pending: dict[str, PendingUnit] = {}  # unit key -> its compile, until it is in ``units``
+        self._lock = threading.Lock()
 
     def assemble(self, constraint: Constraint, key: str, start: float) -> Compiled | None:
         """The composite of a tool-call-shaped tag whose compile began at ``start``, or None for another shape."""
@@ -49,11 +53,7 @@ class CompositeAssembler:
         p = plan(tag["format"])
         if p is None:
             return None
-        try:
-            units = self._units(p.units)
-        except ConstraintError:
-            metrics.ERRORS.labels(constraint.kind.value).inc()
-            raise
+        units = self._units(p.units, start + self.settings.compile_timeout_s)
         try:
             cg = CompositeGrammar(p, units, vocab_index(self.tokenizer_info),
                                   full=lambda: self.compiler.compile_grammar(
@@ -64,28 +64,42 @@ class CompositeAssembler:
         metrics.COMPILE_MS.labels(constraint.kind.value).observe(ms)
         if self._background is not None:
             cg.swap_later(self._background, self.settings.composite_swap_after_tokens)
-            cg.nbytes += sum(u.nbytes for u in units)  # the whole tag's grammar holds about what its units hold
+            cg.nbytes += cg.nbytes  # the whole tag's grammar holds about what its units hold
         return Compiled(None, key, ms, composite=cg)
 
-    def _units(self, contents: Sequence[str]) -> list[Unit]:
-        """The units of a plan: cache hits at once, the rest compiled side by side."""
-        found = [self._unit(c, cached_only=True) for c in contents]
-        missing = [i for i, u in enumerate(found) if u is None]
-        if len(missing) > 1:
-            for i, unit in zip(missing, self._pool.map(self._unit, [contents[i] for i in missing])):
-                found[i] = unit
-        elif missing:
-            found[missing[0]] = self._unit(contents[missing[0]])
-        return found  # type: ignore[return-value]
+    def _units(self, contents: Sequence[str], deadline: float) -> list[Unit | PendingUnit]:
+        """The units of a plan: cache hits at once, the rest pending, compiled on the pool in plan order (or at once
+        by the first mask or token that reaches one). A content two combinations need at the same time is compiled
+        once."""
+        out: list[Unit | PendingUnit] = []
+        with self._lock:
+            for content in contents:
+                key = self._unit_key(content)
+                hit = self.units.get(key) or self._pending.get(key)
+                if hit is None:
+                    hit = self._pending[key] = PendingUnit(functools.partial(self._compile_unit, content, key),
+                                                           deadline, self.settings.compile_timeout_s)
+                    self._pool.submit(hit.run)
+                out.append(hit)
+        return out
 
-    def _unit(self, content: str, cached_only: bool = False) -> Unit | None:
-        """One tag content (JSON text) compiled on its own, from the unit cache if any combination compiled it."""
-        c = Constraint(Kind.STRUCTURAL_TAG, '{"type":"structural_tag","format":' + content + "}")
-        key = c.key(self._salt + "|unit")
-        hit = self.units.get(key)
-        if hit is not None or cached_only:
-            return hit
-        grammar, _ = build_grammar(c, self.settings)
-        unit = make_unit(self.compiler.compile_grammar(grammar), key, vocab_index(self.tokenizer_info))
+    def _unit_key(self, content: str) -> str:
+        return self._constraint(content).key(self._salt + "|unit")
+
+    @staticmethod
+    def _constraint(content: str) -> Constraint:
+        return Constraint(Kind.STRUCTURAL_TAG, '{"type":"structural_tag","format":' + content + "}")
+
+    def _compile_unit(self, content: str, key: str) -> Unit:
+        """One tag content (JSON text) compiled on its own, then cached for every combination that uses it."""
+        try:
+            grammar, _ = build_grammar(self._constraint(content), self.settings)
+            unit = make_unit(self.compiler.compile_grammar(grammar), key, vocab_index(self.tokenizer_info))
+        except ConstraintError:
+            metrics.ERRORS.labels(Kind.STRUCTURAL_TAG.value).inc()
+            raise
+        finally:
+            with self._lock:
+                self._pending.pop(key, None)
         self.units.put(key, unit)
         return unit

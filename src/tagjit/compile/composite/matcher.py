@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -12,8 +13,10 @@ import torch
 import xgrammar as xgr
 from tagjit.compile.composite.plan import Ambiguous, FINAL, Plan
 from tagjit.compile.composite.vocab import LEX_CLASSES, VocabIndex, lex
+from tagjit.errors import CompileLimitError
 
 _MISSING = object()
+PENDING_UNIT_BYTES = 64 * 1024  # memory estimate of a unit not compiled yet (a BFCL tool's unit: tens of KiB)
 
 
 
@@ -27,6 +30,48 @@ class Unit:
     key: str
     first: frozenset[int]  # bytes a fresh unit accepts first
     nbytes: int
+
+
+class PendingUnit:
+    """A unit still to compile: on the pool in turn, or at once in the first thread whose mask or token reaches it."""
+
+    def __init__(self, compile_: Callable[[], Unit], deadline: float, limit_s: float) -> None:
+        self._compile = compile_
+        self._deadline, self._limit_s = deadline, limit_s
+        self._lock = threading.Lock()
+        self._claimed = False
+        self._done = threading.Event()
+        self._value: Unit | None = None
+        self._error: BaseException | None = None
+
+    def run(self) -> None:
+        """Compile the unit here unless another thread has begun it."""
+        with self._lock:
+            if self._claimed:
+                return
+            self._claimed = True
+        try:
+            self._value = self._compile()
+        except BaseException as e:  # raised again to every thread that needs the unit
+            self._error = e
+        finally:
+            self._done.set()
+
+    @property
+    def done(self) -> bool:
+        """Whether the unit is compiled (or failed)."""
+        return self._done.is_set()
+
+    def get(self) -> Unit:
+        """The unit, compiled here if nobody has begun it; CompileLimitError past the request's compile time limit."""
+        self.run()
+        if not self._done.wait(timeout=max(0.0, self._deadline - time.perf_counter())):
+            raise CompileLimitError(f"structural_tag: a tool's part did not compile within {self._limit_s:g} s "
+                                    "(TAGJIT_COMPILE_TIMEOUT_S)")
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
 
 
 def make_unit(grammar: xgr.CompiledGrammar, key: str, index: VocabIndex) -> Unit:
@@ -47,10 +92,12 @@ def make_unit(grammar: xgr.CompiledGrammar, key: str, index: VocabIndex) -> Unit
 class CompositeGrammar:
     """The compiled form of a decomposed structural tag: outer automaton, units, memoised masks."""
 
-    def __init__(self, p: Plan, units: Sequence[Unit], index: VocabIndex,
+    def __init__(self, p: Plan, units: Sequence[Unit | PendingUnit], index: VocabIndex,
                  full: Callable[[], xgr.CompiledGrammar]) -> None:
         self.plan = p
-        self.units = list(units)
+        # A pending unit is resolved where a mask or a token first reaches it: the first masks of a new combination
+        # wait only for the units within a token of the outer text, not for every tool's arguments.
+        self.units: list[Unit | PendingUnit] = list(units)
         self.index = index
         self._full = full
         self._full_grammar: xgr.CompiledGrammar | None = None
@@ -72,7 +119,8 @@ class CompositeGrammar:
         self.swap_after_tokens = 0
         self._matchers = 0
         self.start = self._state(self._close(0))
-        self.nbytes = sum(u.nbytes for u in self.units) + 200 * len(p.edge_lit) + 4096
+        self.nbytes = sum(u.nbytes if isinstance(u, Unit) else PENDING_UNIT_BYTES for u in self.units) \
+            + 200 * len(p.edge_lit) + 4096
 
     # -- the outer automaton ------------------------------------------------------------------
     def _close(self, node: int) -> frozenset:
@@ -158,9 +206,26 @@ class CompositeGrammar:
         with self._lock:
             return self._state(self._close(self.plan.edge_dst[edge]))
 
+    def unit(self, u: int) -> Unit:
+        """Unit u, compiled first if it is still pending (CompileLimitError, ConstraintError if it cannot be)."""
+        x = self.units[u]
+        if isinstance(x, PendingUnit):
+            x = self.units[u] = x.get()
+        return x
+
     def unit_of(self, edge: int) -> Unit:
         """The unit a hole edge stands for."""
-        return self.units[self.plan.edge_unit[edge]]
+        return self.unit(self.plan.edge_unit[edge])
+
+    def resolve_units(self) -> None:
+        """Compile every pending unit now (in this thread where the pool has not begun it)."""
+        for u in range(len(self.units)):
+            self.unit(u)
+
+    @property
+    def units_ready(self) -> bool:
+        """Whether every unit is compiled (none pending)."""
+        return all(not isinstance(u, PendingUnit) or u.done for u in self.units)
 
     def follow(self, edge: int) -> frozenset[int]:
         """Bytes that may come right after the unit of a hole edge."""
@@ -205,7 +270,7 @@ class CompositeGrammar:
         with self._lock:
             u = self.plan.edge_unit[edge]
             trigger = self.plan.unit_trigger[u]
-            m = self._scratch.pop(u, None) or xgr.GrammarMatcher(self.units[u].grammar)
+            m = self._scratch.pop(u, None) or xgr.GrammarMatcher(self.unit(u).grammar)
             m.reset()
             ok = False
             if m.accept_string(data):
@@ -285,7 +350,7 @@ class CompositeGrammar:
     def new_frame(self, edge: int) -> "_Frame":
         """A fresh unit at a hole edge, with the bookkeeping its kind needs."""
         u = self.plan.edge_unit[edge]
-        return _Frame(edge, xgr.GrammarMatcher(self.units[u].grammar),
+        return _Frame(edge, xgr.GrammarMatcher(self.unit(u).grammar),
                       [(0, False, False)] if self.plan.unit_nested[u] else None,
                       self.plan.unit_trigger[u], [b""] if self.plan.unit_trigger[u] is not None else None)
 
