@@ -17,7 +17,8 @@ Requests go one at a time (streamed) so TTFT is not confounded by batching:
 
 TTFT is the latency of the request cut to one token (streamed tool calls show no delta until the
 parser has read the call's name); total latency is that of a second, full request with another
-constraint new to the server. vLLM's CPU backend pins the forward pass to core 0 and leaves core 1
+constraint new to the server. Before each tools sample the run waits until tagjit's background compiles of per-tool
+parts are done (``tagjit_composite_parts_total``), so that no sample's rows carry the last one's. vLLM's CPU backend pins the forward pass to core 0 and leaves core 1
 to the serving processes, much as an accelerator would. Prints a table (medians, overheads over
 plain and over free, TTFT ratio to xgrammar), writes JSON and a plot.
 """
@@ -132,6 +133,34 @@ def first_token_ms(client, **kwargs) -> float:
     return (time.perf_counter() - start) * 1000
 
 
+def wait_idle(url: str, log: Callable[[str], None], limit_s: float = 900.0) -> None:
+    """Wait until the server has no background compile left (tagjit: every queued per-tool part finished, as
+    ``tagjit_composite_parts_total`` shows; engines' processes publish it about once a second), so that one sample's
+    background work does not land in the next sample's rows. Returns at once where the metric is absent."""
+    import urllib.request
+
+    def parts() -> tuple[float, float] | None:
+        text = urllib.request.urlopen(url + "/metrics", timeout=30).read().decode()
+        seen = {"queued": 0.0, "finished": 0.0}
+        found = False
+        for line in text.splitlines():
+            if line.startswith("tagjit_composite_parts_total{"):
+                found = True
+                state = line.split('state="', 1)[1].split('"', 1)[0]
+                seen[state] = seen.get(state, 0.0) + float(line.rsplit(" ", 1)[1])
+        return (seen["queued"], seen["finished"]) if found else None
+
+    time.sleep(1.5)  # the engine core's last snapshot is at most a second old
+    start = time.perf_counter()
+    while (p := parts()) is not None and p[1] < p[0]:
+        if time.perf_counter() - start > limit_s:
+            log(f"  background compiles still running after {limit_s:.0f} s ({p[0] - p[1]:.0f} parts): going on")
+            return
+        time.sleep(0.5)
+    if p is not None and time.perf_counter() - start > 2:
+        log(f"  waited {time.perf_counter() - start:.0f} s for {p[0]:.0f} queued parts to compile")
+
+
 def total_ms(client, **kwargs) -> float:
     """Total latency in ms of the whole request."""
     start = time.perf_counter()
@@ -214,6 +243,7 @@ def run_backend(backend: str, model: str, args, schemas, tools, log) -> list[dic
         pool = tools[:args.pool]
         for n in args.tool_counts:
             for _ in range(args.repeats):
+                wait_idle(url, log)
                 seed += 1
                 prompt = long_prompt(args.prompt_tokens, seed)
                 measure(f"tools-{n}", "plain", prompt)
@@ -237,6 +267,7 @@ def run_backend(backend: str, model: str, args, schemas, tools, log) -> list[dic
             return make
 
         for _ in range(args.repeats):
+            wait_idle(url, log)  # the pool's parts compiled (the first time) and each sample's background work done
             seed += 1
             prompt = long_prompt(args.short_tokens, seed)
             measure("tools-combo", "plain", prompt)

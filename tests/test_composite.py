@@ -437,6 +437,24 @@ def test_the_part_a_call_reaches_compiles_at_once_with_exact_masks_while_the_poo
         svc.close()
 
 
+def test_the_parts_metric_counts_each_new_part_queued_and_then_finished(info):
+    from tagjit import metrics
+
+    def parts(state: str) -> float:
+        return metrics.PARTS.labels(state)._value.get()
+
+    svc = one_thread(info)
+    try:
+        queued, finished = parts("queued"), parts("finished")
+        with busy_unit_pool(svc):
+            compiled = svc.compile(tool_tag("hermes", TOOLS[35:38]))
+            assert parts("queued") - queued == 3 and parts("finished") == finished
+        compiled.composite.resolve_units()
+        assert parts("finished") - finished == 3
+    finally:
+        svc.close()
+
+
 def test_a_part_that_cannot_compile_leaves_its_request_only_able_to_stop(info, monkeypatch):
     svc = one_thread(info)
     try:

@@ -49,6 +49,9 @@ ERRORS = Counter("tagjit_constraint_errors", "Constraints refused", ["kind"], re
 RELAXATIONS = Counter("tagjit_relaxations",
                       "Constraints served by a named relaxation (looser than their schema), by relaxation and by "
                       "what was relaxed (tool, schema)", ["relaxation", "subject"], registry=REGISTRY)
+PARTS = Counter("tagjit_composite_parts", "Per-tool parts of composite tool-call tags queued to compile, and "
+                "finished (compiled or failed): the difference is the background work still to do", ["state"],
+                registry=REGISTRY)
 LINT = Counter("tagjit_lint_findings", "Schema lint findings", ["rule"], registry=REGISTRY)
 WARMUP_MS = Histogram("tagjit_warmup_milliseconds",
                       "Once-per-process work done while the engine starts, before it takes requests, by step",

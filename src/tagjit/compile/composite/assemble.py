@@ -79,6 +79,7 @@ class CompositeAssembler:
                 if hit is None:
                     hit = self._pending[key] = PendingUnit(functools.partial(self._compile_unit, content, key),
                                                            deadline, self.settings.compile_timeout_s)
+                    metrics.PARTS.labels("queued").inc()
                     self._pool.submit(hit.run)
                 out.append(hit)
         return out
@@ -101,5 +102,6 @@ class CompositeAssembler:
         finally:
             with self._lock:
                 self._pending.pop(key, None)
+            metrics.PARTS.labels("finished").inc()
         self.units.put(key, unit)
         return unit
