@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 
 import pytest
 
 from shared_data import DATA
+from benchmark_modules import load_benchmark
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(os.path.join(DATA, "bfcl")), reason="needs ../shared/data/bfcl")
 
 
 @pytest.fixture(scope="module")
 def bench():
-    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "bfcl.py")
-    spec = importlib.util.spec_from_file_location("bfcl_bench", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bfcl")
 
 
 @pytest.fixture(scope="module")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import sys
 
 import pytest
 
 from shared_data import SCHEMAS, TOKENIZERS, maskbench
+from benchmark_modules import load_benchmark
 
 QWEN2 = str(TOKENIZERS / "qwen2")
 LOGIN = "Github_easy---o17544.json"  # a login form: password with minLength 4, maxLength 50
@@ -18,12 +18,7 @@ SMALL = [LOGIN, "Glaiveai2K---analyze_health_data_ecfa5553.json"]
 
 @pytest.fixture(scope="module")
 def bench():
-    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "conformance.py")
-    spec = importlib.util.spec_from_file_location("conformance_bench", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("conformance")
 
 
 def test_summary_is_median_and_nearest_rank_p99(bench):
