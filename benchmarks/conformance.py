@@ -225,10 +225,15 @@ def byte_vocabulary() -> tuple[Any, int, Callable[[str], list[int]]]:
 
 def _index_child(regex: str, vocabulary: Any, out: Any, memory_bytes: int) -> None:
     """In a forked child: build the Index under an address-space limit; send (index, ms) or an error line."""
+    import faulthandler
     import pickle
     import resource
 
     import outlines_core
+
+    # Past its limit the Rust allocator aborts this child, which the parent reports as MemoryError; a faulthandler
+    # inherited from the parent (pytest's) would print the child's stack as if the parent had crashed.
+    faulthandler.disable()
 
     with open("/proc/self/statm") as f:
         in_use = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
