@@ -455,6 +455,25 @@ def test_the_parts_metric_counts_each_new_part_queued_and_then_finished(info):
         svc.close()
 
 
+def test_a_part_queued_past_the_compile_time_limit_still_serves_the_call_that_reaches_it(info, monkeypatch):
+    from tagjit.compile.composite import matcher as composite_matcher
+
+    clock = [0.0]
+    monkeypatch.setattr(composite_matcher, "_now", lambda: clock[0])
+    svc = CompileService(info, UNHURRIED.replace(xgrammar_threads=1, compile_timeout_s=5.0))
+    try:
+        with busy_unit_pool(svc):
+            text, _, _ = call("hermes", TOOLS[0], '{"base": 10, "height": 5}')
+            g = svc.grammar(tool_tag("hermes", [TOOLS[38], TOOLS[0]]))
+            clock[0] += 60.0  # every part has waited in the queue 12 times the limit
+            mask = allocate_token_bitmask(1, info.vocab_size)
+            for t in greedy_tokens(info, text):
+                g.fill_bitmask(mask, 0)
+                assert g.accept_token(t) and g.error is None
+    finally:
+        svc.close()
+
+
 def test_a_part_that_cannot_compile_leaves_its_request_only_able_to_stop(info, monkeypatch):
     svc = one_thread(info)
     try:

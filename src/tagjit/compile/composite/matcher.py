@@ -35,11 +35,11 @@ class Unit:
 class PendingUnit:
     """A unit still to compile: on the pool in turn, or at once in the first thread whose mask or token reaches it."""
 
-    def __init__(self, compile_: Callable[[], Unit], deadline: float, limit_s: float) -> None:
+    def __init__(self, compile_: Callable[[], Unit], limit_s: float) -> None:
         self._compile = compile_
-        self._deadline, self._limit_s = deadline, limit_s
+        self._limit_s = limit_s
         self._lock = threading.Lock()
-        self._claimed = False
+        self._started: float | None = None
         self._done = threading.Event()
         self._value: Unit | None = None
         self._error: BaseException | None = None
@@ -47,9 +47,9 @@ class PendingUnit:
     def run(self) -> None:
         """Compile the unit here unless another thread has begun it."""
         with self._lock:
-            if self._claimed:
+            if self._started is not None:
                 return
-            self._claimed = True
+            self._started = _now()
         try:
             self._value = self._compile()
         except BaseException as e:  # raised again to every thread that needs the unit
@@ -63,15 +63,21 @@ class PendingUnit:
         return self._done.is_set()
 
     def get(self) -> Unit:
-        """The unit, compiled here if nobody has begun it; CompileLimitError past the request's compile time limit."""
+        """The unit, compiled here if nobody has begun it; CompileLimitError once its compile runs past the limit."""
         self.run()
-        if not self._done.wait(timeout=max(0.0, self._deadline - time.perf_counter())):
+        # The limit counts from the compile's start, not from the request's: a part queued behind other combinations'
+        # parts is not late, and the thread that reaches it would compile it at once anyway.
+        assert self._started is not None
+        if not self._done.wait(timeout=max(0.0, self._started + self._limit_s - _now())):
             raise CompileLimitError(f"structural_tag: a tool's part did not compile within {self._limit_s:g} s "
                                     "(TAGJIT_COMPILE_TIMEOUT_S)")
         if self._error is not None:
             raise self._error
         assert self._value is not None
         return self._value
+
+
+_now = time.perf_counter  # PendingUnit's clock
 
 
 def make_unit(grammar: xgr.CompiledGrammar, key: str, index: VocabIndex) -> Unit:
