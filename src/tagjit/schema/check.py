@@ -58,12 +58,15 @@ def prepare_schema(schema: dict | bool) -> dict | bool:
     except RecursionError:
         raise ConstraintError(f"JSON schema nests deeper than {MAX_DEPTH} levels") from None
     if isinstance(normalized, dict):
+        refs = False
         for node, path in subschemas(normalized):
+            refs = refs or "$ref" in node
             if not _CHECKED.isdisjoint(node):
                 problem = _node_problem(node)
                 if problem is not None:
                     raise UnsupportedFeatureError(problem, path_text(path))
-        empty = unproductive_refs(normalized)
+        # Only a $ref cycle can leave a node without a value here; most tools have no $ref at all.
+        empty = unproductive_refs(normalized) if refs else []
         if empty:
             raise EmptySchemaError(f"JSON schema at '{empty[0]}' accepts no value: its $ref cycle ("
                                    + ", ".join(sorted(set(empty))[:4]) + ") never reaches a value without another "

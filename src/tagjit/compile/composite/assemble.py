@@ -53,7 +53,7 @@ class CompositeAssembler:
         p = plan(tag["format"])
         if p is None:
             return None
-        units = self._units(p.units, start + self.settings.compile_timeout_s)
+        units = self._units(p.units)
         try:
             cg = CompositeGrammar(p, units, vocab_index(self.tokenizer_info),
                                   full=lambda: self.compiler.compile_grammar(
@@ -67,7 +67,7 @@ class CompositeAssembler:
             cg.nbytes += cg.nbytes  # the whole tag's grammar holds about what its units hold
         return Compiled(None, key, ms, composite=cg)
 
-    def _units(self, contents: Sequence[str], deadline: float) -> list[Unit | PendingUnit]:
+    def _units(self, contents: Sequence[str]) -> list[Unit | PendingUnit]:
         """The units of a plan: cache hits at once, the rest pending, compiled on the pool in plan order (or at once
         by the first mask or token that reaches one). A content two combinations need at the same time is compiled
         once."""
@@ -78,7 +78,7 @@ class CompositeAssembler:
                 hit = self.units.get(key) or self._pending.get(key)
                 if hit is None:
                     hit = self._pending[key] = PendingUnit(functools.partial(self._compile_unit, content, key),
-                                                           deadline, self.settings.compile_timeout_s)
+                                                           self.settings.compile_timeout_s)
                     metrics.PARTS.labels("queued").inc()
                     self._pool.submit(hit.run)
                 out.append(hit)
@@ -89,7 +89,8 @@ class CompositeAssembler:
 
     @staticmethod
     def _constraint(content: str) -> Constraint:
-        return Constraint(Kind.STRUCTURAL_TAG, '{"type":"structural_tag","format":' + content + "}")
+        # The plan's contents are canonical JSON already: keying them costs no parse and dump.
+        return Constraint.of_canonical(Kind.STRUCTURAL_TAG, '{"type":"structural_tag","format":' + content + "}")
 
     def _compile_unit(self, content: str, key: str) -> Unit:
         """One tag content (JSON text) compiled on its own, then cached for every combination that uses it."""
