@@ -18,9 +18,12 @@ Requests go one at a time (streamed) so TTFT is not confounded by batching:
 TTFT is the latency of the request cut to one token (streamed tool calls show no delta until the
 parser has read the call's name); total latency is that of a second, full request with another
 constraint new to the server. Before each tools sample the run waits until tagjit's background compiles of per-tool
-parts are done (``tagjit_composite_parts_total``), so that no sample's rows carry the last one's. vLLM's CPU backend pins the forward pass to core 0 and leaves core 1
-to the serving processes, much as an accelerator would. Prints a table (medians, overheads over
-plain and over free, TTFT ratio to xgrammar), writes JSON and a plot.
+parts are done (``tagjit_composite_parts_total``), so that no sample's rows carry the last one's.
+
+vLLM's CPU backend binds the model worker to core 0, but the API server and the engine core (with every backend's
+grammar compiles) may run on either core. ``--model-cpus 0 --serving-cpus 1`` keeps every serving thread off the
+model's core for each backend alike, as on a host where an accelerator runs the forward pass. Prints a table
+(medians, overheads over plain and over free, TTFT ratio to xgrammar), writes JSON and a plot.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ sys.path.insert(0, str(ROOT / "integration"))
 sys.path.insert(0, str(ROOT / "src"))
 
 from server import closer_bias, vllm_server  # noqa: E402
+from tagjit.compile.pools import parse_cpus  # noqa: E402
 from tiny_model import PLAIN_TEMPLATE, build  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
@@ -183,7 +187,12 @@ def run_backend(backend: str, model: str, args, schemas, tools, log) -> list[dic
     bias = {**closer_bias(model), EOS: 4.0}
     extra = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--max-num-seqs", "4",
              "--max-num-batched-tokens", "8192", "--no-enable-prefix-caching"]
-    with vllm_server(backend, *extra, model_dir=model, log_path=str(Path(args.out) / f"vllm-{backend}.log")) as url:
+    pinned = {}
+    if args.model_cpus:
+        pinned = {"env": {"VLLM_CPU_OMP_THREADS_BIND": args.model_cpus},
+                  "cpus": parse_cpus(args.serving_cpus) if args.serving_cpus else None}
+    with vllm_server(backend, *extra, model_dir=model, log_path=str(Path(args.out) / f"vllm-{backend}.log"),
+                     **pinned) as url:
         client = OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600)
         common = dict(model="tiny", max_tokens=args.max_tokens, logit_bias=bias, temperature=1.0)
 
@@ -293,6 +302,9 @@ def summarize(rows: list[dict]) -> list[dict]:
                 and field in r]
         return statistics.median(vals) if vals else None
 
+    def series(b: str, s: str, v: str) -> list[float | None]:
+        return [r.get("ttft_ms") for r in rows if r["backend"] == b and r["scenario"] == s and r["variant"] == v]
+
     def pct(x: float | None, base: float | None) -> float | None:
         return 100 * (x - base) / base if x is not None and base else None
 
@@ -307,18 +319,25 @@ def summarize(rows: list[dict]) -> list[dict]:
             xg = median("xgrammar", s, "constrained", "ttft_ms")
             samples = [r["ttft_ms"] for r in rows if r["backend"] == b and r["scenario"] == s
                        and r["variant"] == "constrained" and "ttft_ms" in r]
+            # Paired: the k-th sample of each variant shares its prompt and its moment, so the median of the per-sample
+            # ratios is steadier than the ratio of the medians when the machine drifts.
+            def paired(base: str) -> float | None:
+                pairs = [(c, p) for c, p in zip(series(b, s, "constrained"), series(b, s, base)) if c and p]
+                return 100 * (statistics.median(c / p for c, p in pairs) - 1) if pairs else None
             out.append({"scenario": s, "backend": b, "plain_ttft_ms": plain, "free_ttft_ms": free, "ttft_ms": cons,
                         "overhead_pct": pct(cons, plain), "overhead_free_pct": pct(cons, free),
                         "plain_total_ms": plain_total, "total_ms": total,
                         "total_overhead_pct": pct(total, plain_total),
                         "total_overhead_free_pct": pct(total, free_total),
+                        "paired_pct": paired("plain"), "paired_free_pct": paired("free"),
                         "vs_xgrammar": cons / xg if xg else None, "samples": len(samples),
                         "ttft_range_ms": [min(samples), max(samples)]})
     return out
 
 
 def print_table(summary: list[dict]) -> None:
-    """The comparison table (over free: over the same tools sent unconstrained)."""
+    """The comparison table (over free: over the same tools sent unconstrained; paired: the median of the per-sample
+    overheads, each over the same prompt sent just before)."""
     def ms(x: float | None) -> str:
         return f"{x:.0f}" if x is not None else "-"
 
@@ -326,8 +345,9 @@ def print_table(summary: list[dict]) -> None:
         return f"{x:+.1f}%" if x is not None else "-"
 
     print(f"\n{'scenario':<12} {'backend':<9} {'n':>2} {'plain ms':>9} {'free ms':>8} {'TTFT ms':>8} {'range':>11} "
-          f"{'/plain':>8} {'/free':>8} {'total ms':>9} {'/plain':>8} {'/free':>8} {'TTFT vs xgrammar':>17}")
-    print("-" * 128)
+          f"{'/plain':>8} {'/free':>8} {'paired':>8} {'/free':>8} {'total ms':>9} {'/plain':>8} {'/free':>8} "
+          f"{'TTFT vs xgrammar':>17}")
+    print("-" * 146)
     for r in summary:
         vs = f"{r['vs_xgrammar']:.2f}x" if r["vs_xgrammar"] else "-"
         spread = r.get("ttft_range_ms")
@@ -335,6 +355,7 @@ def print_table(summary: list[dict]) -> None:
         print(f"{r['scenario']:<12} {r['backend']:<9} {r.get('samples', 0):>2} {ms(r['plain_ttft_ms']):>9} "
               f"{ms(r.get('free_ttft_ms')):>8} {ms(r['ttft_ms']):>8} {spread:>11} "
               f"{pc(r['overhead_pct']):>8} {pc(r.get('overhead_free_pct')):>8} "
+              f"{pc(r.get('paired_pct')):>8} {pc(r.get('paired_free_pct')):>8} "
               f"{ms(r['total_ms']):>9} {pc(r['total_overhead_pct']):>8} {pc(r.get('total_overhead_free_pct')):>8} "
               f"{vs:>17}")
 
@@ -393,10 +414,16 @@ def main() -> int:
     p.add_argument("--max-tokens", type=int, default=8)
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--model-cpus", help="bind the model's forward pass to these CPUs (VLLM_CPU_OMP_THREADS_BIND), "
+                   "e.g. 0; with --serving-cpus, every other thread of the server (API server, engine core, "
+                   "grammar compiles of any backend) stays off them, as on a host where an accelerator runs the model")
+    p.add_argument("--serving-cpus", help="the CPUs of the serving processes, e.g. 1 (Linux list)")
     p.add_argument("--out", default="out/ttft")
     p.add_argument("--json", help="write rows and summary to this file")
     p.add_argument("--from-json", help="print the table and plot of an earlier run's JSON instead of running")
     args = p.parse_args()
+    if args.serving_cpus and not args.model_cpus:
+        p.error("--serving-cpus needs --model-cpus (else the model worker inherits the serving CPUs)")
     if args.from_json:
         with open(args.from_json) as f:
             summary = summarize(json.load(f)["rows"])

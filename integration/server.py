@@ -37,8 +37,13 @@ def vllm_command() -> list[str]:
 
 @contextlib.contextmanager
 def vllm_server(backend: str = "tagjit", *extra: str, model_dir: str | None = None, served_name: str = "tiny",
-                env: dict | None = None, log_path: str | None = None, timeout_s: float = 300.0) -> Iterator[str]:
-    """Run ``vllm serve`` with a structured-output backend; yields the base URL (``http://127.0.0.1:PORT``)."""
+                env: dict | None = None, log_path: str | None = None, timeout_s: float = 300.0,
+                cpus: set[int] | None = None) -> Iterator[str]:
+    """Run ``vllm serve`` with a structured-output backend; yields the base URL (``http://127.0.0.1:PORT``).
+
+    ``cpus`` confines the serving processes (API server, engine core and their threads) to those CPUs; the model
+    worker still binds itself where ``VLLM_CPU_OMP_THREADS_BIND`` says.
+    """
     model = model_dir or build(MODEL_DIR)
     port = free_port()
     cmd = [*vllm_command(), "serve", model, "--host", "127.0.0.1", "--port", str(port),
@@ -49,7 +54,9 @@ def vllm_server(backend: str = "tagjit", *extra: str, model_dir: str | None = No
                 "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
     log = open(log_path, "w") if log_path else tempfile.NamedTemporaryFile("w", prefix="vllm-", suffix=".log",
                                                                           delete=False)
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
+    confine = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True,
+                            preexec_fn=confine)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout_s
