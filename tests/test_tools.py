@@ -222,9 +222,44 @@ def test_a_tool_name_that_breaks_the_syntax_is_rejected():
         hermes([bad], "required")
 
 
-def test_duplicate_tool_names_are_rejected():
-    with pytest.raises(ConstraintError, match="twice"):
-        hermes([WEATHER, WEATHER], "required")
+# Another definition of get_weather, as sloppy tool lists hold them: the city under another key.
+WEATHER_AGAIN = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"],
+    "additionalProperties": False}}}
+
+
+def test_a_tool_defined_twice_the_same_way_is_one_tool():
+    assert hermes([WEATHER, TIME, WEATHER], "required") == hermes([WEATHER, TIME], "required")
+
+
+def test_a_tool_defined_twice_takes_the_arguments_of_either_definition(svc):
+    tag = hermes([WEATHER, TIME, WEATHER_AGAIN], "required")
+    assert accepts(svc, tag, call("get_weather", {"city": "Oslo", "days": 2}))
+    assert accepts(svc, tag, call("get_weather", {"location": "Oslo"}))
+    assert accepts(svc, tag, call("get_time", {"zone": "UTC"}))
+    assert not accepts(svc, tag, call("get_weather", {"days": 2}))  # neither definition's required key
+
+
+def test_a_tool_defined_twice_with_refs_keeps_its_first_definition_and_reports_the_other(svc):
+    from tagjit import report
+
+    with_ref = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "$defs": {"place": {"type": "string"}}, "type": "object",
+        "properties": {"location": {"$ref": "#/$defs/place"}}, "required": ["location"]}}}
+    with report.collecting() as seen:
+        tag = hermes([WEATHER, with_ref], "required")
+    assert accepts(svc, tag, call("get_weather", {"city": "Oslo"}))
+    assert not accepts(svc, tag, call("get_weather", {"location": "Oslo"}))
+    assert seen == ["tool 'get_weather': duplicate at #"]
+
+
+def test_merged_tool_is_strict_only_when_both_definitions_are():
+    strict = {**WEATHER, "function": {**WEATHER["function"], "strict": True}}
+    loose = {**WEATHER_AGAIN, "function": {**WEATHER_AGAIN["function"], "strict": False}}
+    merged, = tools.normalize_tools([strict, loose])
+    assert merged.strict is False
+    merged, = tools.normalize_tools([strict, {**loose, "function": {**loose["function"], "strict": True}}])
+    assert merged.strict is True
 
 
 def test_responses_api_flat_tools_are_understood(svc):

@@ -42,9 +42,10 @@ class Tool:
 
 
 def normalize_tools(tools: Sequence[Mapping[str, Any]] | None) -> list[Tool]:
-    """Function tools of a request, in order (Chat Completions or Responses shape); others skipped."""
+    """Function tools of a request, in order (Chat Completions or Responses shape); others skipped. Tools that share a
+    name are one tool whose call may take either's arguments (``merge_duplicate``)."""
     out: list[Tool] = []
-    seen: set[str] = set()
+    seen: dict[str, int] = {}
     for i, raw in enumerate(tools or []):
         if not isinstance(raw, Mapping):
             raise ConstraintError(f"tools[{i}] must be an object")
@@ -59,15 +60,44 @@ def normalize_tools(tools: Sequence[Mapping[str, Any]] | None) -> list[Tool]:
         bad = sorted(set(name) & NAME_FORBIDDEN)
         if bad:
             raise ConstraintError(f"tool name {name!r} contains {''.join(bad)!r}, which tool-call syntax cannot carry")
-        if name in seen:
-            raise ConstraintError(f"tool name {name!r} appears twice in tools")
-        seen.add(name)
         params = fn.get("parameters")
         if params is not None and not isinstance(params, (dict, bool)):
             raise ConstraintError(f"tool {name!r}: parameters must be a JSON Schema object")
         strict = fn.get("strict")
-        out.append(Tool(name, params, strict if isinstance(strict, bool) else None))
+        tool = Tool(name, params, strict if isinstance(strict, bool) else None)
+        if name in seen:
+            out[seen[name]] = merge_duplicate(out[seen[name]], tool)
+            continue
+        seen[name] = len(out)
+        out.append(tool)
     return out
+
+
+def merge_duplicate(first: Tool, again: Tool) -> Tool:
+    """One tool for two definitions of the same name: the engine's parser reads a call by its name alone, so a call
+    may take either definition's arguments (``anyOf`` of the two schemas, exact). Where a schema holds a ``$ref``,
+    which would not resolve under the ``anyOf``, the first definition is kept and the other left out, with a report."""
+    if first.parameters == again.parameters:
+        log.info("tagjit: tool %r is defined twice, the same way; it is one tool", first.name)
+        return Tool(first.name, first.parameters, _both_strict(first.strict, again.strict))
+    if first.parameters is None or again.parameters is None:  # one takes any arguments: so does the name
+        union = None
+    elif "$ref" in compact_json(first.parameters) or "$ref" in compact_json(again.parameters):
+        why = f"tool {first.name!r} is defined twice with different schemas that hold $ref; the first is kept"
+        log.warning("tagjit: %s", why)
+        report.record(f"tool {first.name!r}", "tool", [Relaxation("duplicate", "#", why)])
+        return first
+    else:
+        union = {"anyOf": [first.parameters, again.parameters]}
+    log.info("tagjit: tool %r is defined twice; its calls take the arguments of either definition", first.name)
+    return Tool(first.name, union, _both_strict(first.strict, again.strict))
+
+
+def _both_strict(a: bool | None, b: bool | None) -> bool | None:
+    """The strict flag of a merged tool: strict only if both are, not strict if either is not."""
+    if a is False or b is False:
+        return False
+    return True if a is True and b is True else None
 
 
 ToolChoice = Literal["auto", "required", "none", "named"]
