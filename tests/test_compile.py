@@ -236,7 +236,7 @@ def test_a_large_new_constraint_is_keyed_on_the_pool_not_on_the_callers_thread(s
         keyed_on.append(threading.current_thread().name)
         return original(*args)
 
-    recording.cache = original.cache
+    recording.cache, recording.remember = original.cache, original.remember
     monkeypatch.setattr(spec, "_canonical_json", recording)
     c = Constraint(Kind.STRUCTURAL_TAG, large_tool_tag_text(100))
     assert service.cached(c) is None and not keyed_on
