@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "integration"))
 sys.path.insert(0, str(ROOT / "src"))
 
-from server import MODEL_DIR, closer_bias, vllm_server  # noqa: E402
+from server import MODEL_DIR, add_cpu_options, closer_bias, vllm_server  # noqa: E402
 from tiny_model import build  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
@@ -152,20 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument("--backends", default="tagjit,xgrammar")
     p.add_argument("--workloads", default=",".join(WORKLOADS))
-    p.add_argument("--model-cpus", help="bind the forward pass to these CPUs (VLLM_CPU_OMP_THREADS_BIND), e.g. 0")
-    p.add_argument("--serving-cpus", help="confine the API server and engine core to these CPUs, e.g. 1 "
-                   "(with --model-cpus: no serving thread of any backend shares the model's core)")
+    add_cpu_options(p)
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--plot", metavar="PATH")
     a = p.parse_args(argv)
-    if a.serving_cpus and not a.model_cpus:
-        p.error("--serving-cpus needs --model-cpus (else the model worker inherits the serving CPUs)")
-    pinned: dict = {}
-    if a.model_cpus:
-        from tagjit.compile.pools import parse_cpus
-
-        pinned = {"env": {"VLLM_CPU_OMP_THREADS_BIND": a.model_cpus},
-                  "cpus": parse_cpus(a.serving_cpus) if a.serving_cpus else None}
     levels = [int(c) for c in a.concurrency.split(",")]
     workloads = a.workloads.split(",")
 
@@ -180,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     for backend in a.backends.split(","):
         extra = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--max-num-seqs", str(max(levels)))
         print(f"starting vllm serve --structured-outputs-config.backend {backend}", file=sys.stderr, flush=True)
-        with vllm_server(backend, *extra, **pinned) as url:
+        with vllm_server(backend, *extra, model_cpus=a.model_cpus, serving_cpus=a.serving_cpus) as url:
             firsts[backend] = asyncio.run(first_request(url, bias, eos, schemas, tools, a.max_tokens))
             for workload in workloads:
                 for c in levels:

@@ -42,8 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "integration"))
 sys.path.insert(0, str(ROOT / "src"))
 
-from server import closer_bias, vllm_server  # noqa: E402
-from tagjit.compile.pools import parse_cpus  # noqa: E402
+from server import add_cpu_options, closer_bias, vllm_server  # noqa: E402
 from tiny_model import PLAIN_TEMPLATE, build  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
@@ -187,12 +186,8 @@ def run_backend(backend: str, model: str, args, schemas, tools, log) -> list[dic
     bias = {**closer_bias(model), EOS: 4.0}
     extra = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--max-num-seqs", "4",
              "--max-num-batched-tokens", "8192", "--no-enable-prefix-caching"]
-    pinned = {}
-    if args.model_cpus:
-        pinned = {"env": {"VLLM_CPU_OMP_THREADS_BIND": args.model_cpus},
-                  "cpus": parse_cpus(args.serving_cpus) if args.serving_cpus else None}
     with vllm_server(backend, *extra, model_dir=model, log_path=str(Path(args.out) / f"vllm-{backend}.log"),
-                     **pinned) as url:
+                     model_cpus=args.model_cpus, serving_cpus=args.serving_cpus) as url:
         client = OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600)
         common = dict(model="tiny", max_tokens=args.max_tokens, logit_bias=bias, temperature=1.0)
 
@@ -414,16 +409,11 @@ def main() -> int:
     p.add_argument("--max-tokens", type=int, default=8)
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--layers", type=int, default=8)
-    p.add_argument("--model-cpus", help="bind the model's forward pass to these CPUs (VLLM_CPU_OMP_THREADS_BIND), "
-                   "e.g. 0; with --serving-cpus, every other thread of the server (API server, engine core, "
-                   "grammar compiles of any backend) stays off them, as on a host where an accelerator runs the model")
-    p.add_argument("--serving-cpus", help="the CPUs of the serving processes, e.g. 1 (Linux list)")
+    add_cpu_options(p)
     p.add_argument("--out", default="out/ttft")
     p.add_argument("--json", help="write rows and summary to this file")
     p.add_argument("--from-json", help="print the table and plot of an earlier run's JSON instead of running")
     args = p.parse_args()
-    if args.serving_cpus and not args.model_cpus:
-        p.error("--serving-cpus needs --model-cpus (else the model worker inherits the serving CPUs)")
     if args.from_json:
         with open(args.from_json) as f:
             summary = summarize(json.load(f)["rows"])

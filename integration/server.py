@@ -10,8 +10,9 @@ import sys
 import tempfile
 import time
 import urllib.request
-from typing import Iterator
+from typing import Any, Iterator
 
+from tagjit.compile.pools import parse_cpus
 from tiny_model import build
 
 # What tagjit's plugin hands the processes of one server (its selection, its metrics directory): a server started
@@ -20,6 +21,13 @@ HANDED_DOWN = ("TAGJIT_VLLM_SELECTED", "TAGJIT_VLLM_COMPACT", "TAGJIT_METRICS_DI
 MODEL_DIR = os.environ.get("TAGJIT_TINY_MODEL", os.path.join(tempfile.gettempdir(), "tagjit-tiny-llama"))
 # Tokens made of closing characters, favoured so a random model closes its strings and objects.
 CLOSERS = ('"', "}", "]", '"}', '"]', "}]", "]}", '"}]')
+
+
+def add_cpu_options(parser: Any) -> None:
+    """The ``--model-cpus``/``--serving-cpus`` options of the benchmarks (see ``vllm_server``)."""
+    parser.add_argument("--model-cpus", help="bind the model's forward pass to these CPUs (Linux list), e.g. 0")
+    parser.add_argument("--serving-cpus", help="confine every other thread of the server (API server, engine core, "
+                        "grammar compiles of any backend) to these CPUs, e.g. 1; needs --model-cpus")
 
 
 def free_port() -> int:
@@ -38,12 +46,15 @@ def vllm_command() -> list[str]:
 @contextlib.contextmanager
 def vllm_server(backend: str = "tagjit", *extra: str, model_dir: str | None = None, served_name: str = "tiny",
                 env: dict | None = None, log_path: str | None = None, timeout_s: float = 300.0,
-                cpus: set[int] | None = None) -> Iterator[str]:
+                model_cpus: str | None = None, serving_cpus: str | None = None) -> Iterator[str]:
     """Run ``vllm serve`` with a structured-output backend; yields the base URL (``http://127.0.0.1:PORT``).
 
-    ``cpus`` confines the serving processes (API server, engine core and their threads) to those CPUs; the model
-    worker still binds itself where ``VLLM_CPU_OMP_THREADS_BIND`` says.
+    ``model_cpus`` (a Linux CPU list) binds the model worker's forward pass there (``VLLM_CPU_OMP_THREADS_BIND``);
+    ``serving_cpus`` confines every other process and thread of the server (API server, engine core, grammar
+    compiles of any backend) to its CPUs, as on a host where an accelerator runs the forward pass.
     """
+    if serving_cpus and not model_cpus:
+        raise ValueError("serving_cpus needs model_cpus (else the model worker inherits the serving CPUs)")
     model = model_dir or build(MODEL_DIR)
     port = free_port()
     cmd = [*vllm_command(), "serve", model, "--host", "127.0.0.1", "--port", str(port),
@@ -51,9 +62,11 @@ def vllm_server(backend: str = "tagjit", *extra: str, model_dir: str | None = No
            "--dtype", "bfloat16", "--structured-outputs-config.backend", backend, *extra]
     inherited = {k: v for k, v in os.environ.items() if k not in HANDED_DOWN}
     full_env = {**inherited, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "INFO",
-                "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
+                "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+                **({"VLLM_CPU_OMP_THREADS_BIND": model_cpus} if model_cpus else {}), **(env or {})}
     log = open(log_path, "w") if log_path else tempfile.NamedTemporaryFile("w", prefix="vllm-", suffix=".log",
                                                                           delete=False)
+    cpus = parse_cpus(serving_cpus) if serving_cpus else None
     confine = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True,
                             preexec_fn=confine)
