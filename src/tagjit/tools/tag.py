@@ -12,6 +12,7 @@ from tagjit.tools import xml_args
 from tagjit.compile.cache import bounded_memo
 from tagjit.errors import ConstraintError, EmptySchemaError, UnsupportedFeatureError
 from tagjit import report
+from tagjit.schema.plain import plain
 from tagjit.schema.relax import Relaxation, relax
 from tagjit.build.ebnf import TAG_WHITESPACE_BOUND
 from tagjit.build.grammars import enforced_schema
@@ -138,13 +139,14 @@ def arguments_content(fmt: ToolFormat, schema: dict | bool | None, settings: Set
                       schema_json: str | None = None) -> dict:
     """The argument part of one call: the schema (or any object, if None) in the format's style
     (``schema_json``: the schema's ``spec.compact_json``, if the caller has it)."""
-    prepared = None
-    if schema is not None:  # the check the tag's validation reuses, by the same text
-        prepared = schema_mod.prepared(schema_json or compact_json(schema))
     if fmt.arguments in xml_args.STYLES:  # tagjit's own grammar: exactly what the engine's parser returns
         st = xml_args.style(fmt.arguments, fmt.argument_syntax)
         # The normalised schema: what it forbids (a property that accepts no value) XML arguments forbid too.
+        prepared = None if schema is None else schema_mod.prepared(schema_json or compact_json(schema))
         return xml_args.arguments_node(st, prepared if prepared is not None else schema, settings)
+    # The check (400, relaxation or a tool left out) the engine repeats before it compiles; a plain schema passes it.
+    if schema is not None and not plain(schema):
+        schema_mod.prepared(schema_json or compact_json(schema))
     if schema is None:
         schema = {"type": "object"}
     node: dict[str, Any] = {"type": "json_schema", "json_schema": schema}
@@ -166,6 +168,9 @@ def call_tags(fmt: ToolFormat, name: str, schema: dict | bool | None, settings: 
 def _call_tags_json(fmt: ToolFormat, name: str, schema_json: str, settings: Settings,
                     schema: dict | bool | None) -> str:
     args = arguments_content(fmt, schema, settings, schema_json)
+    spliced = args.get("type") == "json_schema" and schema is not None
+    if spliced:  # the schema's text is at hand: written into the tags' text, not serialised again
+        args = {**args, "json_schema": _SCHEMA}
     tags = []
     for c in fmt.call:
         begin = c.begin.replace("{name}", name)
@@ -176,7 +181,13 @@ def _call_tags_json(fmt: ToolFormat, name: str, schema_json: str, settings: Sett
             content = {"type": "sequence", "elements": [
                 {"type": "regex", "pattern": r"\d+"}, *([{"type": "const_string", "value": tail}] if tail else []), args]}
         tags.append({"type": "tag", "begin": begin, "content": content, "end": _end(c.end)})
-    return compact_json(tags)
+    text = compact_json(tags)
+    return text.replace(_SCHEMA_JSON, schema_json) if spliced else text
+
+
+# Stands for a tool's schema in its tags' text (no name or format string can hold a NUL).
+_SCHEMA = "\x00tagjit:schema\x00"
+_SCHEMA_JSON = compact_json(_SCHEMA)
 
 
 def _tool_tags_json(fmt: ToolFormat, name: str, schema_json: str, settings: Settings,
