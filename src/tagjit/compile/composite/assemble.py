@@ -53,13 +53,17 @@ class CompositeAssembler:
         p = plan(tag["format"])
         if p is None:
             return None
-        units = self._units(p.units)
+        units, queued = self._units(p.units)
         try:
             cg = CompositeGrammar(p, units, vocab_index(self.tokenizer_info),
                                   full=lambda: self.compiler.compile_grammar(
                                       build_grammar(constraint, self.settings).grammar))
         except Ambiguous:  # the first byte cannot tell a bare answer from a call (llama3_json): the whole tag
             return None
+        finally:
+            # Queued only now: their compiles would hold the interpreter while this request's first mask is built.
+            for unit in queued:
+                self._pool.submit(unit.run)
         ms = (time.perf_counter() - start) * 1000
         metrics.COMPILE_MS.labels(constraint.kind.value).observe(ms)
         if self._background is not None:
@@ -67,11 +71,12 @@ class CompositeAssembler:
             cg.nbytes += cg.nbytes  # the whole tag's grammar holds about what its units hold
         return Compiled(None, key, ms, composite=cg)
 
-    def _units(self, contents: Sequence[str]) -> list[Unit | PendingUnit]:
-        """The units of a plan: cache hits at once, the rest pending, compiled on the pool in plan order (or at once
-        by the first mask or token that reaches one). A content two combinations need at the same time is compiled
-        once."""
+    def _units(self, contents: Sequence[str]) -> tuple[list[Unit | PendingUnit], list[PendingUnit]]:
+        """The units of a plan (cache hits at once, the rest pending) and the new pending ones, which the caller
+        queues on the pool in plan order (the first mask or token that reaches one compiles it at once). A content
+        two combinations need at the same time is compiled once."""
         out: list[Unit | PendingUnit] = []
+        queued: list[PendingUnit] = []
         with self._lock:
             for content in contents:
                 key = self._unit_key(content)
@@ -80,9 +85,9 @@ class CompositeAssembler:
                     hit = self._pending[key] = PendingUnit(functools.partial(self._compile_unit, content, key),
                                                            self.settings.compile_timeout_s)
                     metrics.PARTS.labels("queued").inc()
-                    self._pool.submit(hit.run)
+                    queued.append(hit)
                 out.append(hit)
-        return out
+        return out, queued
 
     def _unit_key(self, content: str) -> str:
         return self._constraint(content).key(self._salt + "|unit")
