@@ -5,10 +5,13 @@ Both build the same Qwen-style JSON tool-call syntax (tagjit format ``qwen25``, 
 - tagjit: ``tools.build_tool_tag`` + ``CompileService.compile`` (a fresh service per cold run);
 - xgrammar: ``get_model_structural_tag`` + ``GrammarCompiler.compile_structural_tag`` (a fresh
   compiler per cold run).
-Cold = first compile of that tool set in a fresh compiler (tagjit: until every per-tool part is compiled; "first
-mask": until a request's first mask is filled, in another fresh service, which waits only for the parts that mask
-reaches; both after the per-tokenizer tables a server builds at start); warm = the same request again (tagjit:
-tag rebuilt and looked up in its cache; xgrammar: its compiler cache). Median of ``--repeat`` runs.
+Every run takes tools new to every cache (renamed copies). Cold = their first compile in a started server: tagjit's
+service after ``CompileService.prepare`` (what it does before the engine reports ready), xgrammar's compiler after
+one other tool tag (a server that has served a request); tagjit until every per-tool part is compiled, "first
+mask": until a request's first mask is filled, in another such service, which waits only for the parts that mask
+reaches. Fresh = the same in a fresh compiler (tagjit: only the per-tokenizer tables). Warm = the same request
+again (tagjit: tag rebuilt and looked up in its cache; xgrammar: its compiler cache). Median of ``--repeat`` runs,
+tagjit and xgrammar interleaved.
 
     python benchmarks/tools.py [--tokenizer PATH] [--sizes 1,10,50,200] [--repeat 3] [--json out.json]
 """
@@ -43,15 +46,32 @@ def ms(start: float) -> float:
     return (time.perf_counter() - start) * 1000
 
 
-def run_tagjit(info: xgr.TokenizerInfo, tools: list[dict], settings: Settings,
-               threads: int) -> tuple[float, float, float, float]:
+def renamed(tools: list[dict], k: int) -> list[dict]:
+    """Copies no compiler or memo has seen: each name and parameters description carries k (grammars unchanged)."""
+    out = []
+    for t in tools:
+        fn = t["function"]
+        params = {**fn.get("parameters", {"type": "object"}), "description": f"copy {k}"}
+        out.append({**t, "function": {**fn, "name": f"{fn['name']}_{k}", "parameters": params}})
+    return out
+
+
+def run_tagjit(info: xgr.TokenizerInfo, tools: list[dict], settings: Settings, threads: int,
+               started: bool = True) -> tuple[float, float, float, float]:
     """(cold ms, warm ms, tag-build ms, first-mask ms) for tagjit: cold until every part is compiled; first mask
-    (another fresh service) until a request's first mask is filled, which waits only for the parts it reaches."""
+    (another fresh service) until a request's first mask is filled, which waits only for the parts it reaches.
+    ``started``: the service did what a server does before it reports ready (``CompileService.prepare``); else only
+    the per-tokenizer tables."""
     fmt = load_format("qwen25")
     settings = settings.replace(xgrammar_threads=threads)
-    svc = CompileService(info, settings)
+
+    def service() -> CompileService:
+        svc = CompileService(info, settings)
+        svc.prepare() if started else svc.wait_tables()
+        return svc
+
+    svc = service()
     try:
-        svc.wait_tables()  # per-tokenizer tables: once per process, before traffic (CompileService.prepare)
         t = time.perf_counter()
         tag = build_tool_tag(fmt, tools, "required", True, settings)
         build = ms(t)
@@ -62,9 +82,8 @@ def run_tagjit(info: xgr.TokenizerInfo, tools: list[dict], settings: Settings,
         warm = ms(t)
     finally:
         svc.close()
-    svc = CompileService(info, settings)
+    svc = service()
     try:
-        svc.wait_tables()
         mask = allocate_token_bitmask(1, info.vocab_size)
         t = time.perf_counter()
         svc.grammar(Constraint.of("structural_tag", build_tool_tag(fmt, tools, "required", True, settings))) \
@@ -75,20 +94,24 @@ def run_tagjit(info: xgr.TokenizerInfo, tools: list[dict], settings: Settings,
     return cold, warm, build, first
 
 
-def run_xgrammar(info: xgr.TokenizerInfo, tools: list[dict], max_ws: int | None, threads: int) -> tuple[float, float]:
-    """(cold ms, warm ms) for xgrammar's builtin model tag."""
+def run_xgrammar(info: xgr.TokenizerInfo, tools: list[dict], max_ws: int | None, threads: int,
+                 started: list[dict] | None = None) -> tuple[float, float]:
+    """(cold ms, warm ms) for xgrammar's builtin model tag; ``started``: tools of one tag the compiler compiled
+    before (a server that has served a request: the basic JSON rules in its cross-grammar cache)."""
     compiler = xgr.GrammarCompiler(info, max_threads=threads, cache_enabled=True)
 
-    def once() -> None:
-        tag = xgr.get_model_structural_tag("qwen_3", tools=tools, tool_choice="required", reasoning="disabled",
-                                           max_whitespace_cnt=max_ws)
+    def once(request_tools: list[dict]) -> None:
+        tag = xgr.get_model_structural_tag("qwen_3", tools=request_tools, tool_choice="required",
+                                           reasoning="disabled", max_whitespace_cnt=max_ws)
         compiler.compile_structural_tag(tag)
 
+    if started:
+        once(started)
     t = time.perf_counter()
-    once()
+    once(tools)
     cold = ms(t)
     t = time.perf_counter()
-    once()
+    once(tools)
     return cold, ms(t)
 
 
@@ -103,12 +126,20 @@ def main() -> None:
 
     info = load_tokenizer_info(args.tokenizer)
     settings = Settings()
-    all_tools = bfcl.load_tools(str(DATA / "bfcl"), max(int(s) for s in args.sizes.split(",")))
+    all_tools = bfcl.load_tools(str(DATA / "bfcl"), max(int(s) for s in args.sizes.split(",")) + 1)
+    first_tag = all_tools[-1:]  # xgrammar's start: one tool tag compiled before (not among the measured tools)
     rows = []
+    copies = iter(range(1_000_000))
     for n in (int(s) for s in args.sizes.split(",")):
-        tools = all_tools[:n]
-        tj = [run_tagjit(info, tools, settings, args.threads) for _ in range(args.repeat)]
-        xg = [run_xgrammar(info, tools, settings.max_whitespace, args.threads) for _ in range(args.repeat)]
+        tj, xg, tj_fresh, xg_fresh = [], [], [], []
+        for _ in range(args.repeat):  # interleaved, each with tools new to every cache, so drift hits both alike
+            tools = renamed(all_tools[:n], next(copies))
+            tj.append(run_tagjit(info, tools, settings, args.threads))
+            xg.append(run_xgrammar(info, tools, settings.max_whitespace, args.threads, started=first_tag))
+            tools = renamed(all_tools[:n], next(copies))
+            tj_fresh.append(run_tagjit(info, tools, settings, args.threads, started=False)[0])
+            xg_fresh.append(run_xgrammar(info, tools, settings.max_whitespace, args.threads)[0])
+            print(f"  {n:>4} tools: tagjit {tj[-1][0]:7.1f} ms, xgrammar {xg[-1][0]:7.1f} ms cold", flush=True)
         row = {
             "tools": n,
             "tagjit_cold_ms": statistics.median(r[0] for r in tj),
@@ -117,20 +148,26 @@ def main() -> None:
             "tagjit_first_mask_ms": statistics.median(r[3] for r in tj),
             "xgrammar_cold_ms": statistics.median(r[0] for r in xg),
             "xgrammar_warm_ms": statistics.median(r[1] for r in xg),
+            "tagjit_fresh_ms": statistics.median(tj_fresh),
+            "xgrammar_fresh_ms": statistics.median(xg_fresh),
         }
         row["cold_ratio"] = row["tagjit_cold_ms"] / row["xgrammar_cold_ms"]
         row["warm_ratio"] = row["tagjit_warm_ms"] / row["xgrammar_warm_ms"]
         row["first_mask_ratio"] = row["tagjit_first_mask_ms"] / row["xgrammar_cold_ms"]
+        row["fresh_ratio"] = row["tagjit_fresh_ms"] / row["xgrammar_fresh_ms"]
         rows.append(row)
 
-    print(f"tool-call tag compile, {info.vocab_size}-token vocabulary, tool_choice=required, "
-          f"median of {args.repeat} (ratio = tagjit / xgrammar)")
+    print(f"tool-call tag compile, {info.vocab_size}-token vocabulary, tool_choice=required, new tools each run, "
+          f"median of {args.repeat} (ratio = tagjit / xgrammar); cold = in a started server (tagjit prepared, "
+          "xgrammar after one other tool tag), fresh = in a fresh compiler")
     print(f"{'tools':>5} | {'tagjit cold':>11} {'xgr cold':>9} {'ratio':>6} | {'tagjit warm':>11} "
-          f"{'xgr warm':>9} {'ratio':>6} | {'tag build':>9} | {'tagjit 1st mask':>15} {'vs xgr cold':>11}")
+          f"{'xgr warm':>9} {'ratio':>6} | {'tag build':>9} | {'tagjit 1st mask':>15} {'vs xgr cold':>11} | "
+          f"{'fresh: tagjit':>13} {'xgr':>8} {'ratio':>6}")
     for r in rows:
         print(f"{r['tools']:>5} | {r['tagjit_cold_ms']:>9.1f}ms {r['xgrammar_cold_ms']:>7.1f}ms {r['cold_ratio']:>6.2f} | "
               f"{r['tagjit_warm_ms']:>9.2f}ms {r['xgrammar_warm_ms']:>7.2f}ms {r['warm_ratio']:>6.2f} | "
-              f"{r['tagjit_tag_build_ms']:>7.2f}ms | {r['tagjit_first_mask_ms']:>13.1f}ms {r['first_mask_ratio']:>11.2f}")
+              f"{r['tagjit_tag_build_ms']:>7.2f}ms | {r['tagjit_first_mask_ms']:>13.1f}ms {r['first_mask_ratio']:>11.2f} | "
+              f"{r['tagjit_fresh_ms']:>11.1f}ms {r['xgrammar_fresh_ms']:>6.1f}ms {r['fresh_ratio']:>6.2f}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"benchmark": "tools", "vocab_size": info.vocab_size,
