@@ -15,6 +15,7 @@ from tagjit.schema.metaschema import _KEYWORDS
 from tagjit.schema.plain import plain
 from tagjit.tools.bfcl import load_tools
 from tagjit.tools.tag import build_tool_tag
+from test_metaschema import subschemas as dicts  # every dict in a schema: mutations go everywhere
 
 BENCH = DATA / "jsonschemabench"
 # Values that break a keyword, or a plain schema's premises: wrong types, lone surrogates, empty schemas, huge ones.
@@ -41,19 +42,6 @@ def refusal(schema: object) -> str | None:
     except (ConstraintError, RecursionError) as e:
         return repr(e)
     return None
-
-
-def dicts(node: object) -> list[dict]:
-    """Every dict in a schema, sub-schemas and keyword values alike, so that mutations go everywhere."""
-    found, stack = [], [node]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, dict):
-            found.append(n)
-            stack.extend(n.values())
-        elif isinstance(n, list):
-            stack.extend(n)
-    return found
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from tagjit.schema.check import MAX_DEPTH, MAX_ENUM_VALUES
 from tagjit.schema.formats import OPENAPI_FORMATS, SUPPORTED_FORMATS
 from tagjit.schema.keywords import ANNOTATIONS, KEYS
 from tagjit.schema.metaschema import _KEYWORDS
+from tagjit.schema.normalize import _json_type as json_type
 
 _DEPTH = MAX_DEPTH // 2  # deeper than this, the full check decides
 _TYPES = frozenset(("array", "boolean", "integer", "null", "number", "object", "string"))
@@ -150,17 +151,11 @@ def _enum(n: dict) -> bool:
 
 
 def _scalar_type(v: Any) -> str | None:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, int):
-        return "integer"
-    if isinstance(v, float):
-        return None if not math.isfinite(v) else "integer" if v.is_integer() else "number"
-    if isinstance(v, str):
-        return "string" if _text(v) else None
-    return None
+    """The JSON type of a scalar enum value (1.0 is an integer), None for objects, arrays, NaN and bad text."""
+    if isinstance(v, (dict, list)) or (isinstance(v, float) and not math.isfinite(v)) \
+            or (isinstance(v, str) and not _text(v)):
+        return None
+    return json_type(v)
 
 
 def _value(v: Any, depth: int) -> bool:
