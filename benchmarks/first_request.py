@@ -5,7 +5,8 @@ request (so the first forward pass is paid outside the comparison, the same for 
 ``--requests`` constrained requests one at a time, each with a constraint new to the server:
 
   json    response_format json_schema, a JSONSchemaBench schema (another copy each time: no cache hit)
-  tools   tool_choice=required with ``--tools`` BFCL tools renamed for each request (hermes parser)
+  tools   tool_choice=required with ``--tools`` tools renamed for each request (hermes parser), BFCL's or
+          (``--tool-pool jsonschemabench``) JSONSchemaBench object schemas as strict tools
 
 Latency is that of the request cut to one generated token (what a constraint adds to time to first token).
 Reported per backend and scenario, median and range over the samples: the time to healthy (what tagjit's
@@ -32,7 +33,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from server import closer_bias, vllm_server  # noqa: E402
 from tiny_model import PLAIN_TEMPLATE, build  # noqa: E402
-from ttft import DATA, load_schemas, renamed  # noqa: E402
+from ttft import DATA, load_schemas, renamed, schema_tools  # noqa: E402
 
 
 def warmup_steps(url: str) -> dict[str, float]:
@@ -124,6 +125,7 @@ def main() -> int:
     p.add_argument("--samples", type=int, default=3)
     p.add_argument("--requests", type=int, default=10)
     p.add_argument("--tools", type=int, default=20, help="tools per request in the tools scenario")
+    p.add_argument("--tool-pool", choices=("bfcl", "jsonschemabench"), default="bfcl")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--out", default="out/first_request")
@@ -135,7 +137,7 @@ def main() -> int:
     model = build(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tagjit-bench-llama-{args.hidden}x{args.layers}"),
                   hidden=args.hidden, layers=args.layers, chat_template=PLAIN_TEMPLATE)
     schemas = load_schemas(args.samples * args.requests)
-    tools = load_tools(str(DATA / "bfcl"), strict=True)
+    tools = load_tools(str(DATA / "bfcl"), strict=True) if args.tool_pool == "bfcl" else schema_tools(2 * args.tools)
     rows = []
     total = args.samples * len(args.backends.split(",")) * len(args.scenarios.split(","))
     for sample in range(args.samples):  # backends interleaved per sample, so drift of the machine hits both
