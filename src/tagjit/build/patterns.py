@@ -422,19 +422,19 @@ def spellings(ranges: list[tuple[int, int]]) -> str:
     """An EBNF expression for every JSON spelling, inside a string, of one character from ``ranges``."""
     codes_small = {c for lo, hi in ranges if lo < 0x80 for c in range(lo, min(hi, 0x7F) + 1)}
     alts = []
-    raw_forbidden = {ord(c) for c in RAW_FORBIDDEN}
+    raw_forbidden = sorted({ord(c) for c in RAW_FORBIDDEN})
     raw_chars: list[tuple[int, int]] = []
-    for lo, hi in ranges:
+    for lo, hi in ranges:  # split around the characters JSON never writes raw, never walking a range (up to 1.1M)
         c = lo
-        while c <= hi:  # split around the characters JSON never writes raw (all below 0x80)
-            if c in raw_forbidden:
-                c += 1
-                continue
-            end = c
-            while end + 1 <= hi and end + 1 not in raw_forbidden:
-                end += 1
-            raw_chars.append((c, end))
-            c = end + 1
+        for f in raw_forbidden:
+            if f > hi:
+                break
+            if f >= c:
+                if f > c:
+                    raw_chars.append((c, f - 1))
+                c = f + 1
+        if c <= hi:
+            raw_chars.append((c, hi))
     if raw_chars:
         alts.append(_class_of_ranges(raw_chars))
     short = [e for ch, e in SHORT_ESCAPES.items() if ord(ch) in codes_small]
