@@ -89,3 +89,25 @@ def test_each_start_up_step_is_on_the_warmup_metric(llama3_info):
     before = {step: count(step) for step in ("tables", "json", "tool_tag")}
     prepared_service(llama3_info, cache_bytes=(64 << 20) + 4)
     assert {step: count(step) - n for step, n in before.items()} == {"tables": 1, "json": 1, "tool_tag": 1}
+
+
+def test_preparing_the_checks_validates_the_prepare_schema_without_a_tokenizer():
+    from tagjit.compile.validation import _validated, _validation_key
+    from tagjit.compile.warmup import PREPARE_SCHEMA, prepare_validation
+
+    settings = UNHURRIED.replace(cache_bytes=(64 << 20) + 5)
+    steps = prepare_validation(settings)
+    assert list(steps) == ["check_json", "check_tool_tag"]
+    assert _validated.get(_validation_key(Constraint.of(Kind.JSON, PREPARE_SCHEMA), settings)) is not None
+
+
+def test_each_check_preparation_step_is_on_the_warmup_metric():
+    from tagjit import metrics, tools
+    from tagjit.compile.warmup import prepare_validation
+
+    def count(step: str) -> float:
+        return metrics.REGISTRY.get_sample_value("tagjit_warmup_milliseconds_count", {"step": step}) or 0.0
+
+    before = {step: count(step) for step in ("check_json", "check_tool_tag")}
+    prepare_validation(UNHURRIED, tools.load_format("qwen3_coder"))
+    assert {step: count(step) - n for step, n in before.items()} == {"check_json": 1, "check_tool_tag": 1}

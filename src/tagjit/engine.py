@@ -16,6 +16,10 @@ Engine level (once per process / tokenizer)
         with its once-per-process work done (per-tokenizer tables, first compiles and fills: ``prepared`` holds
         the milliseconds of each step) and warmed up from ``TAGJIT_WARMUP_FILE``. ``service_for`` is the same
         service without either. Call it while the engine starts, before it reports ready.
+    ``prepare_validation(settings, fmt)``
+        The once-per-process work of ``validate`` and of building a tool tag in ``fmt`` (default
+        ``PREPARE_FORMAT``), for a process that checks requests without a compile service (vLLM's API server);
+        milliseconds per step. Call it there before the server takes requests.
     ``JitPolicy``
         Decides per request whether its grammar compiles during prefill (``overlap``; the adapter reports how
         busy the engine is) and learns prefill speed from each request's first mask (``observe_first_mask``).
@@ -72,6 +76,7 @@ from tagjit.metrics import MergedCollector, SnapshotWriter
 from tagjit.anyorder import with_any_order
 from tagjit.compile.jit import JitPolicy
 from tagjit.compile.service import CompileService, service_for, start_service, trust, validate
+from tagjit.compile.warmup import PREPARE_FORMAT, prepare_validation
 from tagjit.constraint import Constraint, Kind
 from tagjit.errors import CompileLimitError, ConstraintError, UnsupportedFeatureError
 from tagjit.kernels import apply_token_bitmask_inplace, apply_token_bitmask_rows_inplace, prepare_kernels
@@ -83,7 +88,7 @@ from tagjit.tools import build_tool_tag, build_tool_tag_json, format_for_parser,
 
 __all__ = [
     "Settings", "get_settings", "set_settings", "from_huggingface", "load_tokenizer_info", "service_for",
-    "start_service", "CompileService", "JitPolicy", "Constraint", "Kind", "validate", "trust", "Compiled", "Matcher", "fill_bitmasks",
+    "start_service", "prepare_validation", "PREPARE_FORMAT", "CompileService", "JitPolicy", "Constraint", "Kind", "validate", "trust", "Compiled", "Matcher", "fill_bitmasks",
     "allocate_token_bitmask", "apply_token_bitmask_inplace", "apply_token_bitmask_rows_inplace", "prepare_kernels",
     "ConstraintError", "UnsupportedFeatureError", "CompileLimitError", "format_for_parser", "variant_for_vocab",
     "load_format", "build_tool_tag", "build_tool_tag_json", "with_any_order", "parse_schema", "metrics", "SnapshotWriter", "MergedCollector",

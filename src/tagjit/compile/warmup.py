@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any, Callable, Sequence
 
 from tagjit.errors import ConstraintError
@@ -43,6 +44,26 @@ def warm_up(compile_one: Callable[[Constraint], object], constraints: Sequence[C
         except ConstraintError as e:
             log.warning("tagjit: warm-up constraint skipped: %s", e)
     return ok
+
+
+def prepare_validation(settings: Settings | None = None, fmt: Any = PREPARE_FORMAT) -> dict[str, float]:
+    """Do the once-per-process work of a request's check now (ms per step): for an engine whose API server checks
+    requests in a process without a compile service, so its first schema and tool request cost what later ones do;
+    ``fmt`` is the served tool-call format (a ``ToolFormat`` or its name)."""
+    from tagjit import metrics, tools
+    from tagjit.compile.validation import validate
+
+    settings = settings or get_settings()
+    steps: dict[str, float] = {}
+    for name, work in (
+            ("check_json", lambda: validate(Constraint.of(Kind.JSON, PREPARE_SCHEMA), settings)),
+            ("check_tool_tag", lambda: tools.build_tool_tag_json(fmt, [PREPARE_TOOL], "required", True,
+                                                                  settings))):
+        start = time.perf_counter()
+        work()
+        steps[name] = (time.perf_counter() - start) * 1000
+        metrics.WARMUP_MS.labels(name).observe(steps[name])
+    return steps
 
 
 def load_warmup(path: str, settings: Settings | None = None) -> list[Constraint]:
