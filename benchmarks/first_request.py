@@ -4,7 +4,9 @@ Each sample starts a new server per backend and scenario, waits until ``/health`
 request (so the first forward pass is paid outside the comparison, the same for every backend), then
 ``--requests`` constrained requests one at a time, each with a constraint new to the server:
 
-  json    response_format json_schema, a JSONSchemaBench schema (another copy each time: no cache hit)
+  json    response_format json_schema, a JSONSchemaBench schema new to the server; sample s sends schema s first
+          and schema s + 1 last, so over the samples the first and the last requests carry nearly the same
+          schemas and their ratio measures the server's warmth, not the schemas' differences
   tools   tool_choice=required with ``--tools`` tools renamed for each request (hermes parser), BFCL's or
           (``--tool-pool jsonschemabench``) JSONSchemaBench object schemas as strict tools
 
@@ -53,6 +55,15 @@ def one_token_ms(client, **kwargs) -> float:
     return (time.perf_counter() - start) * 1000
 
 
+def schema_index(sample: int, i: int, samples: int, requests: int) -> int:
+    """Which schema request ``i`` of a sample sends: ``sample`` first, ``sample + 1`` last, the rest unshared."""
+    if i == 0:
+        return sample
+    if i == requests - 1:
+        return sample + 1
+    return samples + 1 + sample * requests + i
+
+
 def run_server(backend: str, scenario: str, sample: int, args, model: str, schemas: list, tools: list) -> dict:
     """One fresh server: time to healthy, a plain request, then the constrained ones."""
     from openai import OpenAI
@@ -70,7 +81,8 @@ def run_server(backend: str, scenario: str, sample: int, args, model: str, schem
         for i in range(args.requests):
             messages = [{"role": "user", "content": f"request {i} of sample {sample}"}]
             if scenario == "json":
-                schema = {**schemas[(sample * args.requests + i) % len(schemas)], "description": f"copy {sample}-{i}"}
+                schema = {**schemas[schema_index(sample, i, args.samples, args.requests) % len(schemas)],
+                          "description": f"copy {sample}-{i}"}
                 body = {"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}}
             else:
                 start = (sample * args.requests + i) * args.tools % len(tools)
@@ -136,7 +148,7 @@ def main() -> int:
 
     model = build(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tagjit-bench-llama-{args.hidden}x{args.layers}"),
                   hidden=args.hidden, layers=args.layers, chat_template=PLAIN_TEMPLATE)
-    schemas = load_schemas(args.samples * args.requests)
+    schemas = load_schemas((args.samples + 1) * (args.requests + 1))
     tools = load_tools(str(DATA / "bfcl"), strict=True) if args.tool_pool == "bfcl" else schema_tools(2 * args.tools)
     rows = []
     total = args.samples * len(args.backends.split(",")) * len(args.scenarios.split(","))
