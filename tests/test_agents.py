@@ -186,18 +186,20 @@ def test_auto_without_tools_the_tag_constrains_the_answer_alone(svc):
 # -- the answer's schema: refused, relaxed and reported like a plain response_format ---------------
 
 def test_an_answer_schema_tagjit_cannot_enforce_is_refused_with_the_feature_and_the_opt_in():
-    overlapping = {"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}
+    overlapping = {"oneOf": [{"type": "array", "items": {"type": "string"}},
+                             {"type": "array", "items": {"type": "string", "maxLength": 3}}]}
     with pytest.raises(UnsupportedFeatureError, match=r"^response_format: .*oneOf.*TAGJIT_RELAX=oneOf"):
         build_tool_tag("hermes", [], "auto", answer=overlapping, settings=Settings())
 
 
 def test_an_answer_schema_that_opts_into_a_relaxation_is_served_and_reported(svc):
-    schema = {"x-tagjit-relax": ["oneOf"], "oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}
+    schema = {"x-tagjit-relax": ["oneOf"], "oneOf": [{"type": "array", "items": {"type": "string"}},
+                                                     {"type": "array", "items": {"type": "string", "maxLength": 3}}]}
     with report.collecting() as seen:
         tag = build_tool_tag("hermes", [], "auto", answer=schema, settings=Settings())
     assert seen and seen[0].startswith("response_format: oneOf")
     g = svc.grammar(Constraint.of("structural_tag", tag))
-    assert g.accept_string('"abcdef"') and g.is_completed()
+    assert g.accept_string('["abcdef"]') and g.is_completed()
 
 
 def test_when_no_tool_can_be_called_the_answer_still_can_be_given(svc):

@@ -160,10 +160,26 @@ def test_overlapping_one_of_is_refused_naming_it(service):
     assert err.value.feature.startswith("oneOf") and err.value.where
 
 
-def test_pattern_with_format_is_refused_naming_both(service):
-    schema = maskbench("Github_easy---o44051.json")["schema"]
-    with pytest.raises(UnsupportedFeatureError, match="pattern together with format"):
-        service.validate(Constraint.of(Kind.JSON, schema))
+def test_a_size_bound_alone_takes_any_items_and_names(service):
+    # xgrammar's strict mode read a missing items/additionalProperties beside a size bound as false
+    assert accepts(service, {"type": "array", "minItems": 1}, '[1, "a"]')
+    assert accepts(service, {"type": "array", "maxItems": 2}, '["a", 2]')
+    assert not accepts(service, {"type": "array", "maxItems": 2}, "[1, 2, 3]")
+    assert accepts(service, {"type": "object", "minProperties": 1}, '{"a": 1}')
+    assert not accepts(service, {"type": "object", "minProperties": 1}, "{}")
+    assert accepts(service, {"type": "object", "maxProperties": 1}, '{"a": 1}')
+
+
+def test_unknown_keywords_beside_a_combinator_are_annotations(service):
+    schema = {"type": "object", "translation": {"x": 1}, "properties": {"k": {"type": "string"}},
+              "oneOf": [{"required": ["k"], "translation": {"x": 2}}, {"required": ["j"]}]}
+    assert accepts(service, schema, '{"k": "v"}')
+
+
+def test_pattern_with_format_is_enforced_as_both_languages(service):
+    case = maskbench("Github_easy---o44051.json")  # "format": "uri" beside "pattern": "^(https|file)://"
+    for t in case["tests"]:
+        assert accepts(service, case["schema"], dumps(t["data"])) is t["valid"], t["description"]
 
 
 def test_an_optional_property_whose_enum_fits_no_type_is_forbidden_and_the_rest_enforced(service):
@@ -185,7 +201,8 @@ def test_one_of_told_apart_by_a_discriminator_is_enforced_exactly(service):
         {"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}}},
         {"type": "object", "properties": {"kind": {"const": "b"}, "x": {"type": "string"}}}]}
     assert accepts(service, schema, '{"kind": "a", "x": 1}')
-    assert not accepts(service, schema, '{"x": 1}')  # would match both branches without "kind"
+    assert accepts(service, schema, '{"x": 1}')  # without "kind" only the first branch takes an integer x
+    assert not accepts(service, schema, '{}')  # matches both branches
     assert not accepts(service, schema, '{"kind": "a", "x": "s"}')
 
 

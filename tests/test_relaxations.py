@@ -22,7 +22,8 @@ from tagjit.tools import bfcl, build_tool_tag, build_tool_tag_json
 from tagjit.constraint import compact_json
 
 OVERLAPPING = {"type": "object", "properties": {
-    "id": {"oneOf": [{"type": "string", "maxLength": 6}, {"type": "string", "pattern": "^[a-z]{1,4}$"}]}},
+    "id": {"oneOf": [{"type": "array", "items": {"type": "string"}},
+                     {"type": "array", "items": {"type": "string", "maxLength": 3}}]}},
     "required": ["id"]}
 DISTINCT = {"type": "function", "function": {"name": "tag_photo", "parameters": {
     "type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
@@ -194,13 +195,13 @@ def test_a_schema_that_opts_in_is_served_by_its_relaxation_and_reported(service)
     with report.collecting() as box:
         validate(Constraint.of(Kind.JSON, schema), UNHURRIED)
     assert box == ["schema: oneOf at #/properties/id"]
-    assert accepts(service, Constraint.of(Kind.JSON, schema), '{"id": "abc"}')  # matches both branches
-    assert not accepts(service, Constraint.of(Kind.JSON, schema), '{"id": "abcdefgh"}')
+    assert accepts(service, Constraint.of(Kind.JSON, schema), '{"id": ["abc"]}')  # matches both branches
+    assert not accepts(service, Constraint.of(Kind.JSON, schema), '{"id": [1]}')
 
 
 def test_a_server_that_opts_in_serves_every_such_schema(service):
     relaxing = CompileService(service.tokenizer_info, UNHURRIED.replace(relax="oneOf"))
-    assert accepts(relaxing, Constraint.of(Kind.JSON, OVERLAPPING), '{"id": "abc"}')
+    assert accepts(relaxing, Constraint.of(Kind.JSON, OVERLAPPING), '{"id": ["abc"]}')
 
 
 def test_an_opt_in_to_one_relaxation_does_not_allow_another():

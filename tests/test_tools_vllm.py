@@ -229,7 +229,8 @@ def test_an_answer_schema_tagjit_refuses_is_a_validation_error_on_response_forma
     from vllm.exceptions import VLLMValidationError
 
     overlapping = {"type": "json_schema", "json_schema": {"name": "a", "schema": {
-        "oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}}}
+        "oneOf": [{"type": "array", "items": {"type": "string"}},
+                  {"type": "array", "items": {"type": "string", "maxLength": 3}}]}}}
     with pytest.raises(VLLMValidationError, match="response_format: .*oneOf") as e:
         adjusted(tokenizer, "hermes", tool_choice="auto", response_format=overlapping)
     assert e.value.parameter == "response_format"

@@ -40,7 +40,7 @@ def build_with_relaxations(constraint: Constraint, settings: Settings) -> tuple[
 
 def json_schema_grammar(schema: dict | bool, settings: Settings) -> Built:
     """Grammar for a checked JSON schema with tagjit's whitespace bound."""
-    schema = schema_mod.prepare_schema(schema)
+    schema = schema_mod.prepare_schema(schema, settings.strict_mode)
     if any_order.wants_any_order(schema, settings.any_order_default):
         lifted, own = lift(schema)
         built = any_order.build(lifted, settings)
@@ -195,7 +195,7 @@ def _prepare_format(node: Any, s: Settings) -> Any:
     if node.get("type") == "json_schema":
         if "json_schema" not in node:
             raise ConstraintError("structural_tag json_schema format needs a 'json_schema'")
-        out["json_schema"] = schema_mod.prepared(compact_json(node["json_schema"]))
+        out["json_schema"] = schema_mod.prepared(compact_json(node["json_schema"]), s.strict_mode)
         bound = node.get("max_whitespace_cnt", s.max_whitespace if TAG_WHITESPACE_BOUND else None)
         own = bool(lift(out["json_schema"])[1].rules)
         if own and (node.get("style", "json") != "json" or set(node) - _JSON_CONTENT_KEYS):

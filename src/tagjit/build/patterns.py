@@ -17,8 +17,9 @@ characters: raw where JSON allows, the short escapes, ``\\uXXXX`` in any hex cas
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import interegular
 from interegular.fsm import anything_else
@@ -107,6 +108,9 @@ def _tokens(p: str) -> list[tuple[str, str]]:
                 raise PatternProblem(f"pattern with \\{e}")
             out.append(("atom", _NEGATED_SHORTHANDS.get(e, p[i:i + 2])))
             i += 2
+        elif c == "[" and p.startswith(("[\\s\\S]", "[\\S\\s]"), i):  # any character (normalize's anchoring)
+            out.append(("atom", f"[^{_SENTINELS}]"))
+            i += 6
         elif c == "[":
             j = i + 1
             body = ["["]
@@ -269,6 +273,11 @@ def lengths_automaton(pattern: str, lo: int, hi: int | None, also: str | None = 
     fsm = _fsm(pattern)
     if also is not None:
         fsm = fsm & _fsm(also)
+    return _fsm_lengths(fsm, lo, hi)
+
+
+def _fsm_lengths(fsm, lo: int, hi: int | None) -> Lengths:
+    """The minimised automaton of the strings a sentinel-wrapped search automaton accepts, with ``lo..hi`` characters."""
     alphabet = fsm.alphabet
     by_key = alphabet.by_transition
     # A sentinel the pattern does not name (no ``$``) shares its class with other characters: read it by its class.
@@ -568,7 +577,10 @@ def format_pattern(fmt: object) -> str | None:
 
 
 def node_automaton(node: dict) -> Lengths:
-    """The automaton of a normalised node's ``pattern`` and/or ``format`` with its minLength/maxLength."""
+    """The automaton of a normalised node's ``pattern`` and/or ``format`` with its minLength/maxLength (and the
+    strings it excludes, ``EXCEPT``)."""
+    if EXCEPT in node:
+        return _except_automaton(json.dumps(node))
     pattern, fmt = node.get("pattern"), format_pattern(node.get("format"))
     if not isinstance(pattern, str):
         assert fmt is not None
@@ -607,3 +619,74 @@ def format_lengths_problem(node: dict) -> str | None:
 def _reason(e: PatternProblem) -> str:
     text = str(e).removeprefix("pattern ")
     return text[1:-1] if text.startswith("(") and text.endswith(")") else text
+
+
+# -- string sets: a string node's language as an automaton, for oneOf branches only automata tell apart ---------------
+
+EXCEPT = "x-tagjit-except"
+"""A normalised string node's keyword (tagjit's own): a list of string sets, each ``{"pattern": P}``, ``{"format": F}``
+or ``{"enum": [...]}``, that the node's strings must all avoid. ``one_of`` writes it; ``node_automaton`` enforces it."""
+
+
+def _literals(values: list[str]) -> str:
+    """An anchored pattern matching exactly the given strings."""
+    def escape(ch: str) -> str:
+        if _SURROGATES[0] <= ord(ch) <= _SURROGATES[1]:
+            raise PatternProblem("a string value holding a lone surrogate")
+        return ch if ch.isalnum() or not ch.isascii() else "\\" + ch
+    return "^(?:" + "|".join("".join(escape(c) for c in v) for v in values) + ")$"
+
+
+def _set_fsm(item: dict):
+    """The search automaton of one string set: a pattern, a format's language, or finite values (None: no string)."""
+    if "pattern" in item:
+        return _fsm(item["pattern"])
+    if "format" in item:
+        anchored = format_pattern(item["format"])
+        if anchored is None:
+            raise PatternProblem(f"format: {item['format']} (tagjit has no automaton for it)")
+        return _fsm(anchored)
+    values = [v for v in item.get("enum", []) if isinstance(v, str)]
+    return _fsm(_literals(values)) if values else None
+
+
+def string_fsm(node: dict):
+    """The search automaton of a normalised string node's strings, its lengths aside: its pattern, format and finite
+    values, without the values of ``not: {enum}`` and the sets of ``EXCEPT`` (None: no string)."""
+    fsm = _fsm(node["pattern"]) if isinstance(node.get("pattern"), str) else _fsm("")
+    if "format" in node:
+        fsm = fsm & _set_fsm({"format": node["format"]})
+    values = [node["const"]] if "const" in node else node.get("enum")
+    if isinstance(values, list):
+        mine = _set_fsm({"enum": values})
+        if mine is None:
+            return None
+        fsm = fsm & mine
+    excluded = [_set_fsm({"enum": node["not"]["enum"]})] if isinstance(node.get("not"), dict) else []
+    excluded += [_set_fsm(item) for item in node.get(EXCEPT, ())]
+    for other in excluded:
+        if other is not None:
+            fsm = fsm.difference(other)
+    return fsm
+
+
+@lru_cache(maxsize=256)
+def _except_automaton(text: str) -> Lengths:
+    node = json.loads(text)
+    fsm = string_fsm(node)
+    return Lengths([], [], {}) if fsm is None else _fsm_lengths(fsm, *bounds(node))
+
+
+def strings_disjoint(a: dict, b: dict) -> bool:
+    """Whether no string is accepted by both normalised string nodes (PatternProblem if tagjit cannot tell)."""
+    fa, fb = string_fsm(a), string_fsm(b)
+    if fa is None or fb is None:
+        return True
+    (la, ha), (lb, hb) = bounds(a), bounds(b)
+    hi = ha if hb is None else hb if ha is None else min(ha, hb)
+    return _fsm_lengths(fa & fb, max(la, lb), hi).empty()
+
+
+def string_set_empty(node: dict) -> bool:
+    """Whether a normalised string node (with ``EXCEPT``) accepts no string (PatternProblem if too large)."""
+    return node_automaton(node).empty()

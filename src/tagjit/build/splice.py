@@ -14,7 +14,7 @@ from typing import Any
 import xgrammar as xgr
 
 from tagjit.build.numbers import RULE_PREFIX, automaton_rules, multiples
-from tagjit.build.patterns import RULE_PREFIX as PATTERN_PREFIX, lengths_rules, node_automaton
+from tagjit.build.patterns import EXCEPT, RULE_PREFIX as PATTERN_PREFIX, lengths_rules, node_automaton
 from tagjit.build.printed import swap_const_literals
 from tagjit.build.strings import exclusion_rules
 from tagjit.schema.keywords import LISTS, MAPS, VALUES
@@ -74,7 +74,7 @@ class Lifted:
             types = [x for x in types if x != "string"]
             own_string = True
         if types:
-            rest = {k: v for k, v in n.items() if k not in ("not", "$defs", "definitions", *_NUMERIC)
+            rest = {k: v for k, v in n.items() if k not in ("not", "$defs", "definitions", EXCEPT, *_NUMERIC)
                     and not (k in _STRING and own_string)}
             rest["type"] = types[0] if len(types) == 1 else types
             parts.append(rest)
@@ -91,8 +91,9 @@ class Lifted:
 
 
 def pattern_with_lengths(n: dict) -> bool:
-    """Whether a node has a ``pattern`` beside ``minLength``/``maxLength`` (tagjit writes that string rule)."""
-    return isinstance(n.get("pattern"), str) and ("minLength" in n or "maxLength" in n)
+    """Whether tagjit writes a node's string rule: a ``pattern`` beside ``minLength``/``maxLength``, or strings it must
+    avoid (``patterns.EXCEPT``, from an exact oneOf)."""
+    return EXCEPT in n or isinstance(n.get("pattern"), str) and ("minLength" in n or "maxLength" in n)
 
 
 def lift(schema: Any) -> tuple[Any, Lifted]:

@@ -14,7 +14,7 @@ from tagjit.errors import CompileLimitError, ConstraintError, EmptySchemaError, 
 from tagjit.schema.metaschema import quick_valid
 from tagjit.settings import get_settings
 from tagjit.build.numbers import multiple_of_problem
-from tagjit.build.patterns import format_lengths_problem, format_pattern, pattern_lengths_problem
+from tagjit.build.patterns import EXCEPT, format_lengths_problem, format_pattern, pattern_lengths_problem
 from tagjit.build.strings import exclusion_problem
 from tagjit.schema.formats import SUPPORTED_FORMATS
 from tagjit.schema.normalize import normalize_schema
@@ -48,13 +48,14 @@ def parse_schema(source: str | dict | bool) -> dict | bool:
     return schema
 
 
-def prepare_schema(schema: dict | bool) -> dict | bool:
-    """Check a schema and return its normalised form (see normalize_schema), which xgrammar enforces exactly."""
+def prepare_schema(schema: dict | bool, strict: bool = True) -> dict | bool:
+    """Check a schema and return its normalised form (see normalize_schema), which xgrammar enforces exactly
+    (``strict``: xgrammar's strict mode, the ``strict_mode`` setting)."""
     if isinstance(schema, bool):
         return schema
     _check_validity(schema)
     try:
-        normalized = normalize_schema(schema)
+        normalized = normalize_schema(schema, strict)
     except RecursionError:
         raise ConstraintError(f"JSON schema nests deeper than {MAX_DEPTH} levels") from None
     if isinstance(normalized, dict):
@@ -77,14 +78,14 @@ def prepare_schema(schema: dict | bool) -> dict | bool:
 # A parsed, normalised schema takes 3-6 times its JSON text in Python objects (measured on BFCL and
 # JSONSchemaBench); 8 keeps the estimate on the safe side.
 @bounded_memo(lambda: get_settings().memo_bytes, lambda args, _value: 8 * len(args[0]))
-def prepared(text: str) -> Any:
+def prepared(text: str, strict: bool = True) -> Any:
     """``prepare_schema`` of a schema given as its ``spec.compact_json`` text, once per distinct text (key order kept).
 
     Tool sets repeat the same tools in new combinations and each check costs about a millisecond,
     so the tool-tag builder and the tag validation share this one memo. The result is shared:
     do not mutate it.
     """
-    return prepare_schema(json.loads(text))
+    return prepare_schema(json.loads(text), strict)
 
 
 def _check_validity(schema: dict) -> None:
@@ -186,7 +187,8 @@ def _node_problem(node: dict) -> str | None:
             return problem
     fmt = node.get("format")
     lengths = "minLength" in node or "maxLength" in node
-    stringy = not types or "string" in types
+    # Strings tagjit writes as its own automaton (EXCEPT) were built when normalize wrote them.
+    stringy = (not types or "string" in types) and EXCEPT not in node
     if isinstance(fmt, str) and lengths and stringy:  # exact where build.patterns writes the format's language
         beside = [k for k in _ANY_TYPE if k in node]
         if beside and (fmt in SUPPORTED_FORMATS or format_pattern(fmt) is not None):
@@ -198,8 +200,7 @@ def _node_problem(node: dict) -> str | None:
             return problem
     elif isinstance(fmt, str) and fmt not in SUPPORTED_FORMATS and stringy:
         return f"format: {fmt}"
-    if isinstance(node.get("pattern"), str) and ("minLength" in node or "maxLength" in node) \
-            and (not types or "string" in types):
+    if isinstance(node.get("pattern"), str) and ("minLength" in node or "maxLength" in node) and stringy:
         beside = [k for k in _ANY_TYPE if k in node]
         if beside:
             return f"pattern with minLength/maxLength together with {beside[0]}"
@@ -211,7 +212,7 @@ def _node_problem(node: dict) -> str | None:
         return f"$ref to an external document ({ref})"
     if isinstance(node.get("allOf"), list) and len(node["allOf"]) > 1:
         return "allOf with more than one branch"
-    if "pattern" in node and "format" in node and not (lengths and stringy):  # with lengths: intersected above
+    if "pattern" in node and "format" in node and not lengths and stringy:  # with lengths: intersected above
         return "pattern together with format"
     pattern_props = node.get("patternProperties")
     if isinstance(pattern_props, dict) and pattern_props:

@@ -129,6 +129,9 @@ _KEYWORDS: dict[str, Callable[[Any], bool]] = {
     "readOnly": _is_boolean, "writeOnly": _is_boolean, "examples": lambda v: isinstance(v, list),
     "format": _is_string, "contentEncoding": _is_string, "contentMediaType": _is_string, "contentSchema": _is_schema,
 }
+KNOWN_KEYWORDS = frozenset(_KEYWORDS) | {"$schema", "$vocabulary", "id"}
+"""Every keyword JSON Schema defines (draft 4 to 2020-12); any other is an annotation, with no effect on validity."""
+
 # Keywords whose values the meta-schema checks but this walker leaves to jsonschema.
 _DEFER = frozenset(("$schema", "$vocabulary"))
 

@@ -10,17 +10,19 @@ from typing import Any, Iterator
 import jsonschema
 
 from tagjit.build.numbers import multiples
-from tagjit.build.patterns import (BASE64, DATE as _DATE, PatternProblem, bounds as length_bounds,
-                                   format_lengths_problem, format_pattern, lengths_automaton, node_automaton)
+from tagjit.build.patterns import (BASE64, DATE as _DATE, EXCEPT, PatternProblem, bounds as length_bounds,
+                                   format_lengths_problem, format_pattern, lengths_automaton, node_automaton,
+                                   string_set_empty)
 from tagjit.errors import ConstraintError, EmptySchemaError, UnsupportedFeatureError
 from tagjit.schema.formats import apply_format
+from tagjit.schema.metaschema import KNOWN_KEYWORDS
 from tagjit.schema.keywords import (ANNOTATIONS, KEYS, LISTS, MAPS, PASSIVE, TYPE_KEYWORDS, VALUES, path_text, resolve,
                                     subschemas)
 
 log = logging.getLogger("tagjit")
 
 
-def normalize_schema(schema: dict | bool) -> dict | bool:
+def normalize_schema(schema: dict | bool, strict: bool = True) -> dict | bool:
     """Rewrite a checked schema so that every constraint in it is one xgrammar enforces (never loosened).
 
     xgrammar 0.2.8 silently drops several constraints; each is rewritten into a form it enforces:
@@ -29,17 +31,22 @@ def normalize_schema(schema: dict | bool) -> dict | bool:
     other keywords (values the other keywords reject are removed), ``required`` keys missing from
     ``properties`` (added with the ``additionalProperties`` schema), ``multipleOf: 1`` (an integer),
     draft-4 tuple ``items`` and boolean exclusive bounds, and unanchored ``pattern``s (xgrammar anchors
-    every pattern). A ``oneOf`` whose branches may overlap is refused: xgrammar would enforce anyOf.
+    every pattern). A ``oneOf`` whose branches may overlap is made exact (``one_of``) or refused: xgrammar would
+    enforce anyOf. ``strict``: objects that declare names take no others unless they say so (xgrammar's strict mode,
+    which the grammar is compiled with).
     """
     if isinstance(schema, bool):
         return schema
-    return _Normalizer(schema).node(schema, "#")
+    return _Normalizer(schema, strict).node(schema, "#")
 
 
 class _Normalizer:
-    def __init__(self, root: dict) -> None:
+    def __init__(self, root: dict, strict: bool = True) -> None:
         self.root = root
+        self.strict = strict
         self._inlining: list[str] = []
+        self._views: dict[str, Any] = {}  # $ref -> its normalised target, for oneOf differences
+        self._viewing: list[str] = []
         self.forbidden: list[str] = []  # optional properties left out because they accept no value
 
     # Built on first use: most schemas have no enum beside other keywords and no plain-name $ref.
@@ -88,8 +95,10 @@ class _Normalizer:
         if combinators and combinators[0] == "oneOf":
             n["oneOf"] = self._one_of(n["oneOf"], where)
         _infer_type(n)
+        _open_sized(n)
         _multiple_of(n, where)
         _format_lengths(n, where)
+        _pattern_format(n, where)
         _anchor_pattern(n)
         _pattern_lengths(n, where)
         self._required_properties(n, where)
@@ -201,23 +210,59 @@ class _Normalizer:
         return out
 
     def _one_of(self, branches: list, where: str) -> list:
-        """oneOf branches that cannot overlap (so anyOf means oneOf), or UnsupportedFeatureError."""
-        views = [self._view(b) for b in branches]
-        overlap = next(((i, j) for i in range(len(views)) for j in range(i + 1, len(views))
-                        if not _disjoint(views[i], views[j])), None)
-        if overlap is None:
+        """oneOf branches rewritten so that no two overlap (their anyOf is the oneOf), or UnsupportedFeatureError."""
+        from tagjit.schema.one_of import disjoint, exact_one_of
+
+        resolved = [self.resolve_view(b, where) for b in branches]
+        overlaps = {(i, j) for i in range(len(branches)) for j in range(i + 1, len(branches))
+                    if not disjoint(self, resolved[i], resolved[j])}
+        if not overlaps:
             return branches
-        key = _discriminator(views)
-        if key is None:
-            i, j = overlap
-            raise UnsupportedFeatureError(f"oneOf whose branches {i} and {j} may both match "
-                                          "(only anyOf can be enforced)", where)
+        try:
+            pieces = [self.node(piece, where) for piece in exact_one_of(self, branches, overlaps, where)]
+            if not pieces:
+                raise EmptySchemaError(f"JSON schema at '{where}' accepts no value: each value one of its oneOf "
+                                       "branches accepts, another accepts too")
+            return pieces
+        except UnsupportedFeatureError:
+            key = _discriminator([self._view(b) for b in branches])
+            if key is None:
+                raise
         # Requiring the discriminator makes the branches disjoint: stricter than oneOf, never looser.
         out = []
         for i, b in enumerate(branches):
             merged = self.merge(b, {"required": [key]}, f"{where}/oneOf/{i}")
             out.append(self.node(merged, f"{where}/oneOf/{i}") if merged is not False else False)
         return [b for b in out if b is not False]
+
+    def resolve_view(self, b: Any, where: str) -> Any:
+        """A normalised branch with its $ref chain followed (the target normalised), for oneOf differences."""
+        chain: list[str] = []
+        while isinstance(b, dict) and isinstance(b.get("$ref"), str):
+            ref = self._anchor_paths.get(b["$ref"], b["$ref"])
+            if ref in self._views:
+                return self._views[ref]
+            if ref in chain or ref in self._viewing or len(chain) > 16:
+                raise UnsupportedFeatureError("oneOf whose branches reach each other through $ref", where)
+            chain.append(ref)
+            b = self._resolve(ref, where)
+        if not chain:
+            return b
+        self._viewing += chain
+        try:
+            view = self.node(b, chain[-1]) if isinstance(b, dict) else b
+        finally:
+            del self._viewing[-len(chain):]
+        for ref in chain:
+            self._views[ref] = view
+        return view
+
+    def accepts(self, schema: Any, value: Any) -> bool | None:
+        """Whether a (normalised) schema accepts a JSON value, by the root's draft; None if that cannot be told."""
+        try:
+            return bool(self._validator.evolve(schema=schema).is_valid(value))
+        except Exception:  # noqa: BLE001 - a schema jsonschema cannot apply: no verdict
+            return None
 
     def _view(self, b: Any) -> Any:
         """A branch with its $ref chain followed and its type inferred, for disjointness checks."""
@@ -235,9 +280,9 @@ class _Normalizer:
         """A schema accepting exactly what both a and b accept (False: nothing); refuses what it cannot say."""
         if a is False or b is False:
             return False
-        if a is True or a == {}:
+        if a is True or (isinstance(a, dict) and ANNOTATIONS.issuperset(a)):
             return b
-        if b is True or b == {}:
+        if b is True or (isinstance(b, dict) and ANNOTATIONS.issuperset(b)):  # allOf: [{$ref}, {title}] keeps the $ref
             return a
         if not isinstance(a, dict) or not isinstance(b, dict):
             raise ConstraintError(f"invalid JSON schema at '{where}': a schema must be an object or a boolean")
@@ -304,6 +349,8 @@ class _Normalizer:
             return min(va, vb)
         if k in ("items", "additionalItems", "propertyNames"):
             return self.merge(va, vb, f"{where}/{k}")
+        if k not in KNOWN_KEYWORDS and not k.startswith("x-tagjit"):  # an annotation: either value will do
+            return va
         raise UnsupportedFeatureError(f"combining two different {k!r} values (allOf, or anyOf/oneOf siblings)", where)
 
     def _merge_object(self, a: dict, b: dict, where: str) -> Any:
@@ -398,6 +445,17 @@ def _infer_type(n: dict) -> None:
     types = [t for t, kws in TYPE_KEYWORDS.items() if any(k in n for k in kws)]
     if types:  # only those types: stricter than JSON Schema (other types pass), never looser
         n["type"] = types[0] if len(types) == 1 else types
+
+
+def _open_sized(n: dict) -> None:
+    """Say ``items``/``additionalProperties`` where a size bound stands alone: xgrammar's strict mode reads their
+    absence beside minItems/maxItems (minProperties/maxProperties) as false, so ``maxItems: 2`` took only ``[]`` and
+    ``minItems: 1`` failed to compile, while a bare array or object takes any items or names."""
+    if ("minItems" in n or "maxItems" in n) and "items" not in n and "prefixItems" not in n:
+        n["items"] = {}
+    if ("minProperties" in n or "maxProperties" in n) and not any(
+            k in n for k in ("properties", "patternProperties", "additionalProperties", "required")):
+        n["additionalProperties"] = True
 
 
 def _multiple_of(n: dict, where: str) -> None:
@@ -624,6 +682,30 @@ def _format_lengths(n: dict, where: str) -> None:
         _renamed(n, "format", "pattern", format_pattern(fmt))
 
 
+def _pattern_format(n: dict, where: str) -> None:
+    """A ``pattern`` beside a ``format`` (no lengths): both languages intersected, as tagjit's own automaton (an empty
+    ``patterns.EXCEPT`` marks it). What tagjit cannot write is left for check to refuse by name."""
+    if not (isinstance(n.get("pattern"), str) and isinstance(n.get("format"), str)) or _lengths(n) \
+            or EXCEPT in n or any(k in n for k in _BESIDE_OWN_STRING) or format_pattern(n["format"]) is None:
+        return
+    types = _type_list(n.get("type"))
+    if types and "string" not in types:
+        return
+    try:
+        empty = string_set_empty({**n, EXCEPT: []})
+    except PatternProblem:
+        return
+    if not empty:
+        n[EXCEPT] = []
+        return
+    if types == ["string"] or not types:
+        raise EmptySchemaError(f"JSON schema at '{where}' accepts no value: no string in its format "
+                               f"({n['format']}) matches its pattern")
+    n["type"] = [t for t in types if t != "string"] if len(types) > 2 else [t for t in types if t != "string"][0]
+    for k in ("pattern", "format"):
+        n.pop(k, None)
+
+
 def _pattern_lengths(n: dict, where: str) -> None:
     """A pattern with minLength/maxLength that no string satisfies (build.patterns' automaton is empty): no value
     if only strings are allowed, else the other types alone. One tagjit cannot read is left for check to refuse."""
@@ -645,19 +727,6 @@ def _pattern_lengths(n: dict, where: str) -> None:
     n["type"] = [t for t in types if t != "string"] if len(types) > 2 else [t for t in types if t != "string"][0]
     for k in ("pattern", "minLength", "maxLength", "format"):
         n.pop(k, None)
-
-
-def _value_types(n: Any) -> set[str] | None:
-    """The JSON types a (normalised) schema's values can have; None if any."""
-    if not isinstance(n, dict):
-        return None if n is not False else set()
-    values = [n["const"]] if "const" in n else n.get("enum") if isinstance(n.get("enum"), list) else None
-    if values is not None:
-        return {_json_type(v) for v in values}
-    types = set(_type_list(n.get("type")))
-    if "number" in types:
-        types.add("integer")
-    return types or None
 
 
 def _structured_values(n: dict) -> dict:
@@ -710,28 +779,6 @@ def _values(n: Any) -> set[str] | None:
     if isinstance(n.get("enum"), list):
         return {json.dumps(v, sort_keys=True) for v in n["enum"]}
     return None
-
-
-def _disjoint(a: Any, b: Any) -> bool:
-    ta, tb = _value_types(a), _value_types(b)
-    if ta is not None and tb is not None and not (ta & tb or ("number" in ta and "integer" in tb)
-                                                  or ("integer" in ta and "number" in tb)):
-        return True
-    va, vb = _values(a), _values(b)
-    if va is not None and vb is not None and not va & vb:
-        return True
-    if isinstance(a, dict) and isinstance(b, dict):  # objects told apart by a required discriminator
-        pa, pb = a.get("properties", {}), b.get("properties", {})
-        shared = set(a.get("required", [])) & set(b.get("required", []))
-        for key in shared:
-            if key in pa and key in pb and (x := _values(pa[key])) is not None and (y := _values(pb[key])) is not None \
-                    and not x & y:
-                return True
-        if a.get("additionalProperties") is False and b.get("additionalProperties") is False:
-            ra, rb = set(a.get("required", [])), set(b.get("required", []))
-            if (ra - set(pb)) or (rb - set(pa)):
-                return True
-    return False
 
 
 def _discriminator(views: list) -> str | None:

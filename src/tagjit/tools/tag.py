@@ -142,11 +142,12 @@ def arguments_content(fmt: ToolFormat, schema: dict | bool | None, settings: Set
     if fmt.arguments in xml_args.STYLES:  # tagjit's own grammar: exactly what the engine's parser returns
         st = xml_args.style(fmt.arguments, fmt.argument_syntax)
         # The normalised schema: what it forbids (a property that accepts no value) XML arguments forbid too.
-        prepared = None if schema is None else schema_mod.prepared(schema_json or compact_json(schema))
+        prepared = None if schema is None else schema_mod.prepared(schema_json or compact_json(schema),
+                                                                   settings.strict_mode)
         return xml_args.arguments_node(st, prepared if prepared is not None else schema, settings)
     # The check (400, relaxation or a tool left out) the engine repeats before it compiles; a plain schema passes it.
     if schema is not None and not plain(schema):
-        schema_mod.prepared(schema_json or compact_json(schema))
+        schema_mod.prepared(schema_json or compact_json(schema), settings.strict_mode)
     if schema is None:
         schema = {"type": "object"}
     node: dict[str, Any] = {"type": "json_schema", "json_schema": schema}
