@@ -209,7 +209,8 @@ def test_property_order_is_kept_in_every_exclusive_piece(service):
 # judges as the file does (of the others, most have instances with keys out of declared order or not declared).
 REAL = ["Github_easy---o63149.json", "Github_easy---o68296.json", "Github_easy---o68297.json",
         "Github_easy---o68337.json", "Github_easy---o81530.json", "Github_easy---o83719.json",
-        "Github_easy---o9918.json", "Github_easy---o9959.json", "Github_medium---o1332.json", "Github_medium---o23176.json", "Github_medium---o23177.json",
+        "Github_easy---o9918.json", "Github_easy---o9959.json", "Github_medium---o11666.json",
+        "Github_medium---o1332.json", "Github_medium---o23176.json", "Github_medium---o23177.json",
         "Github_medium---o39146.json", "Github_medium---o45306.json", "Github_medium---o45398.json",
         "Github_medium---o54553.json", "Github_medium---o55596.json", "Github_medium---o6226.json",
         "Github_medium---o6249.json", "Github_medium---o63158.json", "Github_medium---o64878.json",

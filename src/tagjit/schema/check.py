@@ -22,7 +22,9 @@ from tagjit.schema.keywords import path_text, subschemas
 from tagjit.schema.productive import unproductive_refs
 
 
-# Keywords whose constraint xgrammar does not enforce (it would accept text the schema forbids).
+# Keywords whose constraint xgrammar does not enforce (it would accept text the schema forbids). normalize rewrites
+# every dependencies/dependentRequired/dependentSchemas (schema.dependencies) or refuses it by name: one still in a
+# normalised node would be a bug, refused here rather than ignored.
 _UNSUPPORTED = ("if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
                 "contains", "minContains", "maxContains", "$dynamicRef", "$recursiveRef",
                 "unevaluatedItems")

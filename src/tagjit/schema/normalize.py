@@ -14,6 +14,7 @@ from tagjit.build.patterns import (BASE64, DATE as _DATE, EXCEPT, PatternProblem
                                    format_lengths_problem, format_pattern, lengths_automaton, node_automaton,
                                    string_set_empty)
 from tagjit.errors import ConstraintError, EmptySchemaError, UnsupportedFeatureError
+from tagjit.schema.dependencies import DEPENDENCY_KEYWORDS, expand_dependencies
 from tagjit.schema.formats import apply_format
 from tagjit.schema.metaschema import KNOWN_KEYWORDS
 from tagjit.schema.keywords import (ANNOTATIONS, KEYS, LISTS, MAPS, PASSIVE, TYPE_KEYWORDS, VALUES, path_text, resolve,
@@ -80,6 +81,8 @@ class _Normalizer:
             if merged is False:
                 raise EmptySchemaError(f"JSON schema at '{where}' accepts no value (its allOf branches conflict)")
             n = dict(merged) if isinstance(merged, dict) else {}  # a lone branch is the caller's own dict
+        if not DEPENDENCY_KEYWORDS.isdisjoint(n):  # after allOf (its branches may bring them), before anyOf/not
+            n = expand_dependencies(n, where, self.strict, self.merge, self._inline)
         combinators = [k for k in ("anyOf", "oneOf") if isinstance(n.get(k), list)]
         if "not" in n and not combinators:  # beside anyOf/oneOf it is merged into each branch first
             if "$ref" in n:  # xgrammar reads no keyword beside a $ref, so the rewrite would be dropped

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, TypeVar
 
 from tagjit.errors import ConstraintError, EmptySchemaError, UnsupportedFeatureError
+from tagjit.schema.dependencies import DEPENDENCY_KEYWORDS
 from tagjit.schema.keywords import LISTS, MAPS, VALUES, step as pointer_step
 from tagjit.schema.normalize import normalize_schema
 
@@ -43,7 +44,7 @@ _FAMILIES: dict[str, tuple[Callable[[str], bool], tuple[str, ...]]] = {
     "multipleOf": (lambda f: f.startswith("multipleOf"), ("multipleOf",)),
     "uniqueItems": (lambda f: f == "uniqueItems", ("uniqueItems",)),
     "if": (lambda f: f in ("if", "then", "else"), ("if", "then", "else")),
-    "dependencies": (lambda f: f in ("dependentRequired", "dependentSchemas", "dependencies"),
+    "dependencies": (lambda f: f.startswith(("dependentRequired", "dependentSchemas", "dependencies")),
                      ("dependentRequired", "dependentSchemas", "dependencies")),
     "contains": (lambda f: f in ("contains", "minContains", "maxContains"), ("contains", "minContains", "maxContains")),
     "unevaluatedItems": (lambda f: f == "unevaluatedItems", ("unevaluatedItems",)),
@@ -118,6 +119,8 @@ def _loosen(schema: Any, err: UnsupportedFeatureError, generic: bool) -> tuple[A
         if parent is None:
             continue
         node = parent[key] if key is not None else root
+        if name == ANY and not generic and isinstance(node, dict) and not DEPENDENCY_KEYWORDS.isdisjoint(node):
+            name = "dependencies"  # the anyOf normalize wrote for them may be the shape a later stage refused
         loosened = _step(node, name) if name != ANY else node
         if loosened == node:
             name, loosened = ANY, _type_only(node)
