@@ -8,7 +8,9 @@ request (so the first forward pass is paid outside the comparison, the same for 
           and schema s + 1 last, so over the samples the first and the last requests carry nearly the same
           schemas and their ratio measures the server's warmth, not the schemas' differences
   tools   tool_choice=required with ``--tools`` tools renamed for each request (hermes parser), BFCL's or
-          (``--tool-pool jsonschemabench``) JSONSchemaBench object schemas as strict tools
+          (``--tool-pool jsonschemabench``) JSONSchemaBench object schemas as strict tools, drawn as the json
+          scenario draws its schemas: every request's tools new to the server (while the pool lasts), the first
+          request's of sample s the last request's of sample s - 1
 
 Latency is that of the request cut to one generated token (what a constraint adds to time to first token).
 Reported per backend and scenario, median and range over the samples: the time to healthy (what tagjit's
@@ -85,7 +87,7 @@ def run_server(backend: str, scenario: str, sample: int, args, model: str, schem
                           "description": f"copy {sample}-{i}"}
                 body = {"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}}
             else:
-                start = (sample * args.requests + i) * args.tools % len(tools)
+                start = schema_index(sample, i, args.samples, args.requests) * args.tools % len(tools)
                 picked = [renamed(t, sample * 1000 + i) for t in (tools * 2)[start:start + args.tools]]
                 body = {"tools": picked, "tool_choice": "required"}
             latencies.append(one_token_ms(client, messages=messages, **common, **body))
@@ -149,7 +151,8 @@ def main() -> int:
     model = build(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tagjit-bench-llama-{args.hidden}x{args.layers}"),
                   hidden=args.hidden, layers=args.layers, chat_template=PLAIN_TEMPLATE)
     schemas = load_schemas((args.samples + 1) * (args.requests + 1))
-    tools = load_tools(str(DATA / "bfcl"), strict=True) if args.tool_pool == "bfcl" else schema_tools(2 * args.tools)
+    blocks = (args.samples + 1) * (args.requests + 1)  # the tools of each request new to its server (see schema_index)
+    tools = load_tools(str(DATA / "bfcl"), strict=True) if args.tool_pool == "bfcl" else schema_tools(blocks * args.tools)
     rows = []
     total = args.samples * len(args.backends.split(",")) * len(args.scenarios.split(","))
     for sample in range(args.samples):  # backends interleaved per sample, so drift of the machine hits both
