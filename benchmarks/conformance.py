@@ -18,7 +18,10 @@ the token-mask tables do, which take most of a compile with a 151k vocabulary (a
 on a loaded 2-core machine; outlines-core's index, about 10 s). Masks then mean nothing: no mask fill.
 
 xgrammar is run the way vLLM's xgrammar backend runs it (``compile_json_schema`` with its
-defaults); llguidance the way vLLM's guidance backend does (flexible whitespace); outlines-core the
+defaults), tagjit with its defaults; both close an object that declares names and says nothing of others (strict
+mode, vLLM's choice), which JSON Schema leaves open, so ``tagjit-lenient`` and ``xgrammar-lenient`` run them with
+strict mode off: JSON Schema's semantics, the ones llguidance and the instances' labels follow. llguidance is run
+the way vLLM's guidance backend does (flexible whitespace); outlines-core the
 way vLLM's outlines backend does (``build_regex_from_schema`` with its defaults, ``Index`` over the
 tokenizer's byte strings, a ``Guide`` per request writing its mask with ``write_mask_into``), with a
 compile time limit of ``--outlines-timeout`` seconds (vLLM's own limit,
@@ -49,7 +52,7 @@ from typing import Any, Callable, Iterator
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("TAGJIT_SHARED_DATA", ROOT.parent / "shared" / "data"))
 SPLITS = ("Glaiveai2K", "Github_trivial", "Github_easy", "Github_medium", "JsonSchemaStore", "maskbench")
-BACKENDS = ("tagjit", "xgrammar", "llguidance", "outlines-core")
+BACKENDS = ("tagjit", "tagjit-lenient", "xgrammar", "xgrammar-lenient", "llguidance", "outlines-core")
 
 
 @dataclass
@@ -117,13 +120,13 @@ def _first_line(e: BaseException) -> str:
 
 # -- backends: compile(schema) -> Grammar -----------------------------------------------------------
 
-def tagjit_backend(info: Any) -> Callable[[dict], Grammar]:
-    """tagjit's CompileService; masks by ``fill_bitmasks``."""
+def tagjit_backend(info: Any, strict: bool = True) -> Callable[[dict], Grammar]:
+    """tagjit's CompileService (``strict``: its default strict mode); masks by ``fill_bitmasks``."""
     from tagjit import CompileService, ConstraintError, Matcher, Settings, UnsupportedFeatureError
     from tagjit.constraint import Constraint, Kind
     from tagjit.engine import allocate_token_bitmask, fill_bitmasks
 
-    service = CompileService(info, Settings(cache_bytes=64 * 1024 * 1024))
+    service = CompileService(info, Settings(cache_bytes=64 * 1024 * 1024, strict_mode=strict))
     bitmask = allocate_token_bitmask(1, max(1, info.vocab_size))
 
     def compile_(schema: Any) -> Grammar:
@@ -144,15 +147,16 @@ def tagjit_backend(info: Any) -> Callable[[dict], Grammar]:
     return compile_
 
 
-def xgrammar_backend(info: Any) -> Callable[[dict], Grammar]:
-    """xgrammar's plain ``compile_json_schema``; masks by ``GrammarMatcher.fill_next_token_bitmask``."""
+def xgrammar_backend(info: Any, strict: bool = True) -> Callable[[dict], Grammar]:
+    """xgrammar's plain ``compile_json_schema`` (``strict``: its default strict mode); masks by
+    ``GrammarMatcher.fill_next_token_bitmask``."""
     import xgrammar as xgr
 
     compiler = xgr.GrammarCompiler(info, cache_enabled=False)
     bitmask = xgr.allocate_token_bitmask(1, max(1, info.vocab_size))
 
     def compile_(schema: Any) -> Grammar:
-        compiled = compiler.compile_json_schema(json.dumps(schema))
+        compiled = compiler.compile_json_schema(json.dumps(schema), strict_mode=strict)
 
         def check(text: str) -> bool:
             m = xgr.GrammarMatcher(compiled)
@@ -362,7 +366,8 @@ def available(backends: list[str], progress: Callable[[str], None]) -> list[str]
 def makers(info: Any, tokenizer_dir: str, vocab: str, outlines_timeout_s: float, outlines_memory_gib: float
            ) -> dict[str, Callable[[], Callable[[dict], Grammar]]]:
     """Each backend's constructor."""
-    return {"tagjit": lambda: tagjit_backend(info), "xgrammar": lambda: xgrammar_backend(info),
+    return {"tagjit": lambda: tagjit_backend(info), "tagjit-lenient": lambda: tagjit_backend(info, strict=False),
+            "xgrammar": lambda: xgrammar_backend(info), "xgrammar-lenient": lambda: xgrammar_backend(info, strict=False),
             "llguidance": lambda: llguidance_backend(tokenizer_dir),
             "outlines-core": lambda: outlines_backend(tokenizer_dir, vocab, outlines_timeout_s, outlines_memory_gib)}
 

@@ -77,7 +77,8 @@ def test_json_has_compile_and_mask_fill_numbers_for_every_backend(bench, tmp_pat
     assert bench.main(["--limit", "2", "--splits", "maskbench", "--vocab", "real", "--mask-schemas", "1",
                        "--tokenizer", QWEN2, "--json", str(out), "--plot", str(png)]) == 0
     rows = json.loads(out.read_text())["results"]["maskbench"]
-    expected = {"tagjit", "xgrammar", "llguidance"} | ({"outlines-core"} if _has("outlines_core") else set())
+    expected = {"tagjit", "tagjit-lenient", "xgrammar", "xgrammar-lenient", "llguidance"} | (
+        {"outlines-core"} if _has("outlines_core") else set())
     assert set(rows) == expected
     for backend, row in rows.items():
         assert row["schemas"] == 2 and row["compiled"] == 2, backend
@@ -111,3 +112,14 @@ def test_an_outlines_core_index_that_grows_without_bound_is_stopped_at_its_memor
     assert index.get_next_state(index.get_initial_state(), ord("q")) is not None and ms > 0
     with pytest.raises((MemoryError, RuntimeError)):  # a DFA of 2^22 states: far more than 64 MiB
         bench.build_index("(a|b)*a(a|b){22}", vocabulary, timeout_s=600, memory_bytes=64 << 20)
+
+
+def test_lenient_backends_take_the_undeclared_names_json_schema_allows(bench):
+    import xgrammar as xgr
+
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    info = xgr.TokenizerInfo([])
+    for strict, lenient in ((bench.tagjit_backend(info), bench.tagjit_backend(info, strict=False)),
+                            (bench.xgrammar_backend(info), bench.xgrammar_backend(info, strict=False))):
+        assert not strict(schema).check('{"a": 1, "b": 2}')
+        assert lenient(schema).check('{"a": 1, "b": 2}')
