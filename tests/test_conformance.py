@@ -170,6 +170,12 @@ def test_a_size_bound_alone_takes_any_items_and_names(service):
     assert accepts(service, {"type": "object", "maxProperties": 1}, '{"a": 1}')
 
 
+def test_an_explicit_additional_properties_true_survives_a_merge_with_combinator_branches(service):
+    schema = {"type": "object", "additionalProperties": True, "properties": {"a": {"type": "string"}},
+              "anyOf": [{"required": ["a"]}, {"required": ["b"]}]}
+    assert accepts(service, schema, '{"a": "x", "z": 1}')  # strict mode closed the merged branches before
+
+
 def test_unknown_keywords_beside_a_combinator_are_annotations(service):
     schema = {"type": "object", "translation": {"x": 1}, "properties": {"k": {"type": "string"}},
               "oneOf": [{"required": ["k"], "translation": {"x": 2}}, {"required": ["j"]}]}

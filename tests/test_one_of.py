@@ -214,7 +214,7 @@ REAL = ["Github_easy---o63149.json", "Github_easy---o68296.json", "Github_easy--
         "Github_medium---o39146.json", "Github_medium---o45306.json", "Github_medium---o45398.json",
         "Github_medium---o54553.json", "Github_medium---o55596.json", "Github_medium---o6226.json",
         "Github_medium---o6249.json", "Github_medium---o63158.json", "Github_medium---o64878.json",
-        "Github_medium---o65012.json", "Github_medium---o6768.json", "Github_medium---o72205.json",
+        "Github_medium---o65012.json", "Github_medium---o6768.json",
         "Github_medium---o78739.json", "Github_medium---o85194.json"]
 
 

@@ -248,8 +248,9 @@ def _ranges(codes: set[int]) -> list[tuple[int, int]]:
     return out
 
 
+@lru_cache(maxsize=512)
 def _fsm(pattern: str):
-    """interegular's automaton of the pattern's search language over sentinel-wrapped text."""
+    """interegular's automaton of the pattern's search language over sentinel-wrapped text (shared: never mutated)."""
     try:
         parsed = interegular.parse_pattern(interegular_pattern(pattern))
         if _size(parsed) > MAX_PATTERN_SIZE:  # interegular would take minutes building it
@@ -679,6 +680,12 @@ def _except_automaton(text: str) -> Lengths:
 
 def strings_disjoint(a: dict, b: dict) -> bool:
     """Whether no string is accepted by both normalised string nodes (PatternProblem if tagjit cannot tell)."""
+    return _strings_disjoint(json.dumps(a), json.dumps(b))
+
+
+@lru_cache(maxsize=1024)
+def _strings_disjoint(a_text: str, b_text: str) -> bool:
+    a, b = json.loads(a_text), json.loads(b_text)
     fa, fb = string_fsm(a), string_fsm(b)
     if fa is None or fb is None:
         return True

@@ -378,8 +378,8 @@ class _Normalizer:
             out["properties"] = props
         if required:
             out["required"] = required
-        if extra is not True:
-            out["additionalProperties"] = extra
+        if extra is not True or "additionalProperties" in a or "additionalProperties" in b:
+            out["additionalProperties"] = extra  # an explicit true stays: strict mode closes an object that omits it
         return out
 
     def _inline(self, n: dict, where: str) -> Any:

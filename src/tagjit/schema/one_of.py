@@ -100,10 +100,10 @@ def difference(norm: Normalizer, a: Any, b: Any, depth: int) -> list:
                 x = norm.resolve_view(x, "#")
                 pieces = [p for piece in pieces for p in difference(norm, piece, x, depth)]
             return pieces
+    if subsumes(norm, b, a):  # first: most overlapping branches share most of their schemas
+        return []
     if disjoint(norm, a, b):
         return [a]
-    if subsumes(norm, b, a):
-        return []
     out: list = []
     fb = families(norm, b)
     for fam in FAMILIES:
@@ -376,7 +376,7 @@ def disjoint(norm: Normalizer, a: Any, b: Any) -> bool:
     """Whether no value is accepted by both schemas (False when tagjit cannot tell)."""
     if a is False or b is False:
         return True
-    if not (isinstance(a, dict) and isinstance(b, dict)):
+    if not (isinstance(a, dict) and isinstance(b, dict)) or _core(a) == _core(b):
         return False
     if not families(norm, a) & families(norm, b):
         return True
