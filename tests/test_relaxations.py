@@ -57,6 +57,14 @@ def test_an_overlapping_one_of_is_enforced_as_any_of():
     assert steps_of(OVERLAPPING) == ["oneOf at #/properties/id"]
 
 
+def test_a_refusal_inside_a_one_of_branch_loosens_the_one_of_first_so_no_valid_value_is_lost():
+    # Dropping the branch's "not" alone would make it take every string, and then the exact oneOf would lose "ab",
+    # which only the second branch takes.
+    schema = {"oneOf": [{"type": "string", "not": {"pattern": "^a"}}, {"type": "string", "maxLength": 3}]}
+    assert steps_of(schema) == ["oneOf at #", "not at #/anyOf/0"]
+    assert jsonschema.Draft202012Validator(loosened(schema)).is_valid("ab")
+
+
 def test_a_step_removes_only_the_refused_keyword():
     schema = DISTINCT["function"]["parameters"]
     out = loosened(schema)

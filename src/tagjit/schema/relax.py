@@ -134,15 +134,16 @@ def _loosen(schema: Any, err: UnsupportedFeatureError, generic: bool) -> tuple[A
 
 
 def _schema_chain(where: str) -> tuple[list[str], str | None]:
-    """The pointers of the schema nodes on the way to ``where``, root first, ending above any ``not`` or ``if`` on
-    the way (loosening below those would tighten the whole), and the step such an end takes (``not``, ``if``)."""
+    """The pointers of the schema nodes on the way to ``where``, root first, ending above any ``not``, ``if`` or
+    ``oneOf`` on the way (loosening below those can tighten the whole: a looser oneOf branch takes values from the
+    others), and the step such an end takes (``not``, ``if``, ``oneOf``, which makes it an anyOf)."""
     chain = ["#"]
     parts = where[2:].split("/") if where.startswith("#/") else []
     i = 0
     while i < len(parts):
         p = parts[i]
-        if p in ("not", "if", "then", "else"):
-            return chain, "not" if p == "not" else "if"
+        if p in ("not", "if", "then", "else", "oneOf"):
+            return chain, {"not": "not", "oneOf": "oneOf"}.get(p, "if")
         if (p in MAPS or p in LISTS or p == "items" and i + 1 < len(parts) and parts[i + 1].isdigit()) \
                 and i + 1 < len(parts):
             chain.append(f"{chain[-1]}/{p}/{parts[i + 1]}")
