@@ -59,9 +59,9 @@ def test_length_bounds_hold_at_both_ends(service):
 
 
 @pytest.mark.parametrize("password", ['pa"s', "p\\ss", "a\nss"], ids=["quote", "backslash", "newline"])
-def test_a_length_bounded_string_takes_no_escapes(service, password):
-    """As in xgrammar: an escape in the repeated rule would make every mask inside the string cost milliseconds."""
-    assert not accepts(service, LOGIN["schema"], login(password))
+def test_an_escape_counts_as_one_character_in_a_length_bounded_string(service, password):
+    """xgrammar refuses escapes there; tagjit's count rules (build.bounded_strings) take them."""
+    assert accepts(service, LOGIN["schema"], login(password))
 
 
 def test_raw_control_characters_are_rejected_in_a_length_bounded_string(service):
@@ -72,7 +72,7 @@ def test_raw_control_characters_are_rejected_in_a_length_bounded_string(service)
 
 
 def test_xgrammar_plain_compile_allows_raw_tabs_in_length_bounded_strings(llama3_info):
-    """Documents the xgrammar 0.2.8 defect tagjit repairs (invalid JSON accepted) and the escapes both refuse."""
+    """Documents the xgrammar 0.2.8 defects tagjit repairs: invalid JSON accepted, escapes refused."""
     schema = LOGIN["schema"]
     assert xgrammar_accepts(llama3_info, schema, login("abcd"))
     assert not xgrammar_accepts(llama3_info, schema, login('pa"s'))

@@ -126,3 +126,34 @@ def test_a_string_body_without_a_rule_for_the_inside_of_the_quotes_is_a_printer_
     inner, _, others = json_string_shape(printed({"type": "string", "format": "date"}))
     with pytest.raises(PrinterChanged):
         string_body(inner, [line for line in others if not line.startswith(f"{inner} ::= ")])
+
+
+# -- numbers tagjit writes itself (build.numbers) ----------------------------------------------------
+
+def test_xgrammar_prints_a_float_enum_value_as_its_17_digit_decimal_which_tagjit_replaces():
+    assert '"0.40000000000000002"' in printed({"type": "number", "enum": [0.4]})
+    assert 'root ::= (("9"))' in printed({"enum": [9.0]})  # 9.0, also valid, has no spelling
+
+
+def test_xgrammar_writes_a_number_range_with_at_most_six_fraction_digits_which_tagjit_replaces():
+    info = xgr.TokenizerInfo([])
+    m = xgr.GrammarMatcher(xgr.GrammarCompiler(info).compile_json_schema(json.dumps({"type": "number", "minimum": 0})))
+    assert m.accept_string("0.123456") and not m.accept_string("7")  # "0.1234567" is valid and rejected
+
+
+@pytest.mark.parametrize("bound", [1.5, 2 ** 63, -(2 ** 63) - 1])
+def test_xgrammar_refuses_an_integer_bound_that_is_not_whole_or_outside_int64_which_tagjit_writes(bound):
+    with pytest.raises(RuntimeError):
+        printed({"type": "integer", "minimum": bound})
+
+
+def test_xgrammar_keeps_every_digit_of_a_whole_int64_integer_bound():
+    assert '"9" "2" "2" "3" "3" "7" "2" "0" "3" "6" "8" "5" "4" "7" "7" "5" "8" "0" [0-7]' in printed(
+        {"type": "integer", "maximum": 2 ** 63 - 1})
+
+
+def test_a_digit_loop_of_tagjit_is_printed_as_the_class_repetition_the_bound_repair_finds():
+    grammar = xgr.Grammar.from_ebnf('root ::= "-" tagjit_range_x_0\ntagjit_range_x_0 ::= [0]* ([1-9] [0-9]*)')
+    text = str(grammar)
+    assert "[0]*" in text and "[0-9]*" in text
+    assert "[0]{0, 9}" in bound_numbers(text, 9, 2)

@@ -197,8 +197,10 @@ def _prepare_format(node: Any, s: Settings) -> Any:
             raise ConstraintError("structural_tag json_schema format needs a 'json_schema'")
         out["json_schema"] = schema_mod.prepared(compact_json(node["json_schema"]), s.strict_mode)
         bound = node.get("max_whitespace_cnt", s.max_whitespace if TAG_WHITESPACE_BOUND else None)
-        own = bool(lift(out["json_schema"])[1].rules)
-        if own and (node.get("style", "json") != "json" or set(node) - _JSON_CONTENT_KEYS):
+        # Another style keeps xgrammar's numbers and bounded strings (tagjit's are JSON text); the rest is refused.
+        styled = node.get("style", "json") != "json" or bool(set(node) - _JSON_CONTENT_KEYS)
+        own = bool(lift(out["json_schema"], json_style=not styled)[1].rules)
+        if own and styled:
             raise UnsupportedFeatureError(f"multipleOf, not: {{enum}} or pattern with minLength/maxLength in a "
                                           f"structural tag's {node.get('style')!r} content")
         if bound == 0:

@@ -1,4 +1,13 @@
-"""``multipleOf`` exactly: the multiples of a decimal step within a range, as a digit automaton written in EBNF.
+"""Numbers xgrammar 0.2.8 does not write exactly, as digit automata in EBNF: multipleOf, ranges, enum/const values.
+
+Ranges: xgrammar writes a ``number`` range with at most 6 fraction digits (0.0160425 >= 0 is rejected) and refuses an
+``integer`` bound that is not whole or lies outside int64. ``own_range`` is the minimised automaton of the plain
+decimal spellings (no exponent, any count of fraction digits, trailing zeros allowed) of the numbers in range: the
+integer part is compared with a bound's by length and then digit by digit, the fraction digit by digit. Its only
+cycles are digit self-loops, written as ``[..]*`` so that ``printed.bound_numbers`` can bound them in XML arguments.
+A whole int64 integer range stays xgrammar's (exact). Values: ``value_spellings``.
+
+``multipleOf``: the multiples of a decimal step within a range.
 
 A JSON Schema step is a finite decimal ``c * 10**-d``. A number ``x`` is a multiple of it iff ``n = x * 10**d`` is
 an integer divisible by ``c``: ``x`` has at most ``d`` fraction digits (trailing zeros aside) and the digits of ``n``
@@ -11,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Callable, Hashable
+from typing import Any, Callable, Hashable, NamedTuple
 
 # Every rule of a multipleOf automaton is named with this prefix (``printed.bound_numbers`` looks for it).
 RULE_PREFIX = "tagjit_num_"
@@ -29,7 +38,8 @@ def decimal_of(value: int | float) -> Decimal:
     return Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
 
 
-def _is_number(v: Any) -> bool:
+def is_number(v: Any) -> bool:
+    """Whether a JSON value is a finite number (not a boolean)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -48,6 +58,22 @@ class Multiples:
         return self.positive is None and self.negative is None
 
 
+def bounds_of(node: dict) -> tuple[Decimal | None, bool, Decimal | None, bool]:
+    """The tightest lower and upper bound of a node (None: unbounded) and whether each is exclusive."""
+    lo = hi = None
+    lo_open = hi_open = False
+    for key, open_, lower in _BOUNDS:
+        v = node.get(key)
+        if not is_number(v):
+            continue
+        x = decimal_of(v)
+        if lower and (lo is None or x > lo or (x == lo and open_)):
+            lo, lo_open = x, open_
+        if not lower and (hi is None or x < hi or (x == hi and open_)):
+            hi, hi_open = x, open_
+    return lo, lo_open, hi, hi_open
+
+
 def multiples(node: dict, integer: bool) -> Multiples:
     """The multiples of a node's ``multipleOf`` within its bounds (``integer``: only integers are allowed)."""
     sign, digits, exponent = decimal_of(node["multipleOf"]).normalize().as_tuple()
@@ -56,17 +82,7 @@ def multiples(node: dict, integer: bool) -> Multiples:
     c *= 10 ** max(exponent, 0)
     if integer:  # an integer x is a multiple of c/10**d iff c / gcd(c, 10**d) divides x
         c, d = c // math.gcd(c, 10 ** d), 0
-    lo = hi = None
-    lo_open = hi_open = False
-    for key, open_, lower in _BOUNDS:
-        v = node.get(key)
-        if not _is_number(v):
-            continue
-        x = decimal_of(v)
-        if lower and (lo is None or x > lo or (x == lo and open_)):
-            lo, lo_open = x, open_
-        if not lower and (hi is None or x < hi or (x == hi and open_)):
-            hi, hi_open = x, open_
+    lo, lo_open, hi, hi_open = bounds_of(node)
     scale = Decimal(10) ** d
     positive = _range(c, 0, lo * scale if lo is not None else None, lo_open,
                       hi * scale if hi is not None else None, hi_open)
@@ -283,3 +299,239 @@ def multiple_of_problem(node: dict, integer: bool) -> str | None:
     except TooLarge:
         return f"multipleOf {node['multipleOf']!r} with this range (an automaton of more than {MAX_STATES} states)"
     return None
+
+
+# -- ranges ----------------------------------------------------------------------------------------
+
+# Every rule of a range automaton is named with this prefix: ``printed.bound_numbers`` bounds its digit loops.
+RANGE_PREFIX = "tagjit_range_"
+# Every rule of enum/const number values is named with this prefix.
+VALUE_PREFIX = "tagjit_value_"
+# Integer bounds xgrammar 0.2.8 writes exactly (whole numbers within int64; others it refuses).
+_INT64 = (-(2 ** 63), 2 ** 63 - 1)
+# Keywords beside which a range stays xgrammar's: they apply to the whole node, which tagjit's part would leave out.
+_ANY_TYPE = ("enum", "const", "$ref", "allOf", "anyOf", "oneOf", "if", "then", "else", "multipleOf")
+
+_Bound = tuple[Decimal, bool]  # a bound's value and whether it is exclusive
+_Side = tuple[_Bound | None, _Bound | None]  # lower and upper bound of one sign's magnitude
+
+
+@dataclass(frozen=True)
+class Range:
+    """The numbers of a bounded node: each sign's magnitude bounds, None where that sign has no value (``-0``
+    belongs to the negative sign, so it is written wherever 0 is in range)."""
+
+    fraction: bool  # whether a fraction part may be written (type number)
+    positive: _Side | None
+    negative: _Side | None
+
+
+def own_range(node: dict, types: list[str]) -> Range | None:
+    """The range tagjit writes for a node's numbers (``types``: the node's types), or None where xgrammar's is exact
+    or the node has none."""
+    lo, lo_open, hi, hi_open = bounds_of(node)
+    if (lo is None and hi is None) or any(k in node for k in _ANY_TYPE):
+        return None
+    if "number" not in types:
+        if "integer" not in types or all(b is None or (b == b.to_integral_value() and _INT64[0] <= b <= _INT64[1])
+                                         for b in (lo, hi)):
+            return None  # xgrammar writes every digit of a whole int64 bound
+    neg_lo, neg_hi = (-hi if hi is not None else None), (-lo if lo is not None else None)
+    return Range("number" in types, _side(lo, lo_open, hi, hi_open), _side(neg_lo, hi_open, neg_hi, lo_open))
+
+
+def _side(lo: Decimal | None, lo_open: bool, hi: Decimal | None, hi_open: bool) -> _Side | None:
+    """Bounds on a magnitude m >= 0 with lo (<)<= m (<)<= hi, None if no m >= 0 qualifies."""
+    if hi is not None and (hi < 0 or (hi == 0 and hi_open)):
+        return None
+    lower = (lo, lo_open) if lo is not None and (lo > 0 or (lo == 0 and lo_open)) else None
+    return lower, ((hi, hi_open) if hi is not None else None)
+
+
+class _Digits(NamedTuple):
+    """A bound's integer digits and its fraction digits without trailing zeros."""
+
+    whole: str
+    fraction: str
+
+
+def _digits_of(d: Decimal) -> _Digits:
+    whole, _, fraction = format(abs(d), "f").partition(".")
+    return _Digits(whole, fraction.rstrip("0"))
+
+
+class _RangeMagnitude:
+    """The automaton of one sign's magnitude text ('0' or [1-9][0-9]*, then '.' and digits if allowed) between two
+    bounds: the integer part is compared with a bound's by length and then digit by digit, the fraction digit by digit
+    with the bound's fraction padded by zeros."""
+
+    def __init__(self, side: _Side, fraction: bool) -> None:
+        (self.lo, self.hi), self.fraction = side, fraction
+        self.targets = tuple(_digits_of(b[0]) if b else None for b in (self.lo, self.hi))
+
+    def start(self) -> Hashable:
+        return ("start",)
+
+    def _int(self, cmps: tuple, digit: str) -> tuple:
+        out = []
+        for cmp, t in zip(cmps, self.targets):
+            if cmp is not None:
+                cmp = _feed(cmp, t.whole, digit)
+                cmp = (cmp[0], 0) if cmp[0] > len(t.whole) else cmp  # longer than the bound: greater, whatever rel
+            out.append(cmp)
+        return tuple(out)
+
+    def _to_fraction(self, cmps: tuple) -> tuple:
+        out = []
+        for cmp, t in zip(cmps, self.targets):
+            if cmp is not None:
+                rel = _result(cmp, t.whole)
+                cmp = ("f", 0) if rel == 0 else ("d", rel)
+            out.append(cmp)
+        return tuple(out)
+
+    @staticmethod
+    def _frac(cmps: tuple, targets: tuple, digit: str) -> tuple:
+        out = []
+        for cmp, t in zip(cmps, targets):
+            if cmp is not None and cmp[0] == "f":
+                j = cmp[1]
+                if j < len(t.fraction):
+                    rel = (digit > t.fraction[j]) - (digit < t.fraction[j])
+                    cmp = ("d", rel) if rel else ("f", j + 1)
+                elif digit != "0":
+                    cmp = ("d", 1)
+            out.append(cmp)
+        return tuple(out)
+
+    def step(self, state: tuple, ch: str) -> tuple | None:
+        phase = state[0]
+        if phase == "start":
+            if ch == ".":
+                return None
+            return ("int", ch == "0", self._int(((0, 0) if self.lo else None, (0, 0) if self.hi else None), ch))
+        _, zero, cmps = state
+        if ch == ".":
+            return ("dot", zero, self._to_fraction(cmps)) if phase == "int" and self.fraction else None
+        if phase == "int":
+            return None if zero else ("int", zero, self._int(cmps, ch))
+        return ("frac", zero, self._frac(cmps, self.targets, ch))
+
+    def _relation(self, cmp: Any, t: _Digits) -> int:
+        """The magnitude read so far against a bound: -1 below, 0 equal, 1 above."""
+        if cmp[0] == "d":
+            return cmp[1]
+        if cmp[0] == "f":
+            return -1 if cmp[1] < len(t.fraction) else 0
+        rel = _result(cmp, t.whole)
+        return -1 if rel == 0 and t.fraction else rel
+
+    def accepts(self, state: tuple) -> bool:
+        if state[0] in ("start", "dot"):
+            return False
+        cl, ch = state[2]
+        if cl is not None:
+            rel = self._relation(cl, self.targets[0])
+            if rel < 0 or (rel == 0 and self.lo[1]):
+                return False
+        if ch is not None:
+            rel = self._relation(ch, self.targets[1])
+            if rel > 0 or (rel == 0 and self.hi[1]):
+                return False
+        return True
+
+
+def range_rules(r: Range, name: str) -> list[str] | None:
+    """EBNF rules (rule ``name`` first) accepting exactly the JSON spellings, without exponent, of the numbers in
+    range; None if there is none. Raises TooLarge past MAX_STATES."""
+    alts, rules = [], []
+    for sign, side, tag in (("", r.positive, "p"), ('"-" ', r.negative, "n")):
+        if side is None:
+            continue
+        mag = _RangeMagnitude(side, r.fraction)
+        edges, final = _minimise(*_explore(mag.start(), mag.step, mag.accepts))
+        if not any(final):
+            continue
+        if not _only_self_loops(edges):  # never seen; bound_numbers could not bound such a cycle
+            raise TooLarge
+        rules += _loop_rules(f"{name}_{tag}", edges, final)
+        alts.append(f"{sign}{name}_{tag}_0")
+    if len(rules) > MAX_RULES:
+        raise TooLarge
+    return [f"{name} ::= " + " | ".join(alts), *rules] if alts else None
+
+
+def _only_self_loops(edges: list[dict[str, int]]) -> bool:
+    """Whether every cycle of an automaton is a state's loop on itself."""
+    state = [0] * len(edges)  # 0 unseen, 1 on the path, 2 done
+    for root in range(len(edges)):
+        stack = [(root, iter(edges[root].values()))] if state[root] == 0 else []
+        if stack:
+            state[root] = 1
+        while stack:
+            u, targets = stack[-1]
+            t = next((t for t in targets if t != u), None)
+            if t is None:
+                state[u] = 2
+                stack.pop()
+            elif state[t] == 1:
+                return False
+            elif state[t] == 0:
+                state[t] = 1
+                stack.append((t, iter(edges[t].values())))
+    return True
+
+
+def _loop_rules(prefix: str, edges: list[dict[str, int]], final: list[bool]) -> list[str]:
+    """A range automaton's rules, each self-loop written as a repetition ``[..]*`` (the only cycles a range has), so
+    that ``printed.bound_numbers`` can bound its digit runs."""
+    rules = []
+    for i, out in enumerate(edges):
+        loop = sorted(ch for ch, t in out.items() if t == i)
+        by_target: dict[int, list[str]] = {}
+        for ch, t in out.items():
+            if t != i:
+                by_target.setdefault(t, []).append(ch)
+        exits = (['""'] if final[i] else []) + [f"{_chars(chars)} {prefix}_{t}" for t, chars in by_target.items()]
+        body = exits[0] if len(exits) == 1 else "(" + " | ".join(exits) + ")"
+        if loop:
+            body = f"{_chars(loop)}*" + ("" if exits == ['""'] else f" {body}")
+        rules.append(f"{prefix}_{i} ::= {body}")
+    return rules
+
+
+# -- enum and const values -------------------------------------------------------------------------
+
+def value_rules(values: list[int | float], name: str) -> list[str]:
+    """EBNF rule ``name`` accepting the spellings of each number value (see ``value_spellings``)."""
+    unique = dict.fromkeys(Decimal(0) if v == 0 else decimal_of(v).normalize() for v in values)
+    return [f"{name} ::= " + " | ".join(value_spellings(d) for d in unique)]
+
+
+def value_spellings(d: Decimal) -> str:
+    """An EBNF expression for the spellings of one number value tagjit accepts in an enum or const.
+
+    A value is the decimal of its shortest round-trip spelling (0.4, not 0.40000000000000002). With significant
+    digits s (no leading or trailing zeros) it is accepted, after "-" if negative, as
+      * plain decimal: s with the point in place and any count of trailing zeros after a point (0.4, 0.40; 1e-05
+        as 0.00001); an integral value with or without a point (9, 9.0, 9.00; 1e+20 as 100000000000000000000);
+      * scientific: s's first digit, then "." and the rest of s (any count of trailing zeros after a point), "e" or
+        "E", and the exponent that makes the value, with optional leading zeros, "-" if negative, "+" optional
+        otherwise (1e-05, 1e-5, 1E-05, 1.0e-5; 4e-1; 1.5e+300; 9e0).
+    json.dumps writes one of these (plain for 1e-4 <= |x| < 1e16, else scientific). Zero is "0" or "-0", with any
+    count of zeros after a point and any exponent. Other spellings of the value (45e-2, 0.04e1) are not accepted.
+    """
+    if d == 0:
+        return '("-"? "0" ("." "0"+)? ([eE] ("+" | "-")? [0-9]+)?)'
+    sign, digit_tuple, exp = d.normalize().as_tuple()
+    s = "".join(map(str, digit_tuple))
+    if exp >= 0:
+        plain = f'"{s}{"0" * exp}" ("." "0"+)?'
+    else:
+        point = len(s) + exp
+        plain = f'"{s[:point]}.{s[point:]}" "0"*' if point > 0 else f'"0.{"0" * -point}{s}" "0"*'
+    mantissa = f'"{s[0]}.{s[1:]}" "0"*' if len(s) > 1 else f'"{s}" ("." "0"+)?'
+    a = len(s) - 1 + exp
+    exponent = f'"+"? "0"* "{a}"' if a > 0 else f'"-" "0"* "{-a}"' if a < 0 else '("+" | "-")? "0"+'
+    minus = '"-" ' if sign else ""
+    return f"({minus}({plain} | {mantissa} [eE] {exponent}))"

@@ -14,7 +14,7 @@ from typing import Mapping
 import xgrammar as xgr
 
 from tagjit.build.ebnf import char_class, ebnf_string
-from tagjit.build.numbers import RULE_PREFIX as NUMBER_RULE_PREFIX
+from tagjit.build.numbers import RANGE_PREFIX as RANGE_RULE_PREFIX, RULE_PREFIX as NUMBER_RULE_PREFIX
 from tagjit.errors import ConstraintError, UnsupportedFeatureError
 
 
@@ -27,9 +27,10 @@ class PrinterChanged(ConstraintError):
 # It allows raw control characters such as TAB (invalid JSON) and forbids every escape.
 _XGR_LENGTH_CHAR = r'[^\"\\\r\n]'
 # The repair keeps one character class and takes the controls out, so every output is valid JSON. It does not
-# add escapes (a two-character alternative in the repeated rule): xgrammar cannot precompute such a repetition,
-# and a mask inside the string then costs 40 ms at maxLength 50 and 0.9 s at maxLength 200 (benchmarks/mask_fill.py
-# finds them), against 0.3 ms for the class. Free strings (basic_string_sub) exclude U+0000-U+001F the same way.
+# add escapes (a multi-character alternative in the repeated rule): xgrammar cannot precompute such a repetition,
+# and a mask inside the string then costs 0.2-0.3 s (xgrammar 0.2.8, Qwen2's vocabulary). tagjit's JSON strings
+# reach this repair only above bounded_strings.MAX_COUNTED characters (below, its count rules take escapes) and in
+# structural-tag content of another style. Free strings (basic_string_sub) exclude U+0000-U+001F the same way.
 _BOUNDED_CHAR = r'[^\"\\\0-\x1f]'
 
 
@@ -217,6 +218,8 @@ def bound_numbers(ebnf: str, max_digits: int, max_exponent_digits: int) -> str:
                 body = re.sub(r"(\w+)\{1, -1\}", lambda m: f"{m.group(1)}{{1, {max_exponent_digits}}}"
                               if m.group(1) in digit_rules else m.group(0), body)
             body = body.replace("[0-9]*", f"[0-9]{{0, {max_digits}}}")
+            if name.startswith(RANGE_RULE_PREFIX):  # a range automaton's only cycles: digit loops such as [0]*
+                body = re.sub(r"(\[[0-9\-]+\])\*", rf"\1{{0, {max_digits}}}", body)
             body = re.sub(r"(\w+)\{(\d+), -1\}", lambda m: f"{m.group(1)}{{{m.group(2)}, {max_digits}}}"
                           if m.group(1) in digit_rules else m.group(0), body)
             line = f"{name}{sep}{body}"

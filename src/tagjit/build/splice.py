@@ -1,6 +1,10 @@
 """Values tagjit writes its own EBNF for, spliced into xgrammar's grammar.
 
-They are ``multipleOf``, ``not: {enum}`` strings and ``pattern`` (and/or ``format``) with ``minLength``/``maxLength``.
+They are ``multipleOf``, number ranges xgrammar does not write exactly (every ``number`` range: xgrammar writes at most
+6 fraction digits; ``integer`` bounds that are not whole or lie outside int64, which xgrammar refuses), number values
+of ``enum``/``const`` (xgrammar prints 0.4 as 0.40000000000000002 and 9.0 as 9 only), ``not: {enum}`` strings,
+``pattern`` (and/or ``format``) with ``minLength``/``maxLength``, and ``minLength``/``maxLength`` alone (xgrammar's
+bounded string takes no escape; ``bounded_strings``).
 
 Each such value becomes a placeholder string constant before xgrammar converts the schema; xgrammar prints every
 constant as one literal, which ``printed.swap_const_literals`` replaces by the name of tagjit's rule for the value.
@@ -13,29 +17,39 @@ from typing import Any
 
 import xgrammar as xgr
 
-from tagjit.build.numbers import RULE_PREFIX, automaton_rules, multiples
+from tagjit.build.bounded_strings import RULE_PREFIX as LENGTH_PREFIX, counted, length_rules
+from tagjit.build.numbers import (RANGE_PREFIX, RULE_PREFIX, VALUE_PREFIX, Range, TooLarge, automaton_rules,
+                                  is_number, multiples, own_range, range_rules, value_rules)
 from tagjit.build.patterns import EXCEPT, RULE_PREFIX as PATTERN_PREFIX, lengths_rules, node_automaton
 from tagjit.build.printed import swap_const_literals
 from tagjit.build.strings import exclusion_rules
-from tagjit.schema.keywords import LISTS, MAPS, VALUES
+from tagjit.errors import EmptySchemaError
+from tagjit.schema.keywords import LISTS, MAPS, PASSIVE, VALUES
 
 _NUMERIC = ("multipleOf", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 _STRING = ("minLength", "maxLength", "pattern", "format")
 _ALL_TYPES = ["null", "boolean", "object", "array", "number", "string"]
+# Keywords beside which a string's lengths stay xgrammar's: they apply to the whole node, which tagjit's part would
+# leave out (a pattern or format with lengths is ``patterns``' rule).
+_BESIDE_LENGTHS = ("pattern", "format", "enum", "const", "$ref", "allOf", "anyOf", "oneOf", "not", "if", "then", "else")
 
 
 class Lifted:
-    """A schema with placeholder constants, and the EBNF rules that replace them."""
+    """A schema with placeholder constants, and the EBNF rules that replace them (``json_style``: also the rules that
+    only JSON-style content takes, number ranges and values and bounded strings; content in another style keeps
+    xgrammar's)."""
 
-    def __init__(self) -> None:
+    def __init__(self, json_style: bool = True) -> None:
         self.nonce = uuid.uuid4().hex[:12]
+        self.json_style = json_style
         self.rules: dict[str, tuple[str, list[str]]] = {}  # placeholder -> (rule name, rules)
 
-    def _placeholder(self, prefix: str, rules_of: Any) -> dict:
+    def _placeholder(self, prefix: str, rules: Any) -> str:
+        """A new placeholder constant for the rules ``rules(name)`` under a fresh rule name."""
         k = len(self.rules)
         name = f"{prefix}{self.nonce}_{k}"
-        self.rules[f"__tagjit_own_{self.nonce}_{k}__"] = (name, rules_of(name))
-        return {"const": f"__tagjit_own_{self.nonce}_{k}__"}
+        self.rules[f"__tagjit_own_{self.nonce}_{k}__"] = (name, rules(name))
+        return f"__tagjit_own_{self.nonce}_{k}__"
 
     def node(self, n: Any) -> Any:
         if not isinstance(n, dict):
@@ -50,43 +64,94 @@ class Lifted:
                 out[k] = self.node(v)
             else:
                 out[k] = v
-        if "multipleOf" not in out and "not" not in out and not pattern_with_lengths(out):
+        if self.json_style:
+            out = self._number_values(out)
+        rng, lengths = self._range(out), self._lengths(out)
+        if ("multipleOf" not in out and "not" not in out and not pattern_with_lengths(out) and rng is None
+                and lengths is None):
             return out
-        return self._split(out)
+        return self._split(out, rng, lengths)
 
-    def _split(self, n: dict) -> dict:
+    def _number_values(self, n: dict) -> dict:
+        """The node with its enum/const number values as one placeholder (the values' spellings, ``value_rules``)."""
+        key = "const" if "const" in n else "enum" if isinstance(n.get("enum"), list) else None
+        if key is None or set(n) - PASSIVE - {key}:  # normalised values stand alone; anything else stays xgrammar's
+            return n
+        values = [n["const"]] if key == "const" else n["enum"]
+        numbers = [v for v in values if is_number(v)]
+        if not numbers:
+            return n
+        placeholder = self._placeholder(VALUE_PREFIX, lambda name: value_rules(numbers, name))
+        if key == "const":
+            return {**n, "const": placeholder}
+        first = next(i for i, v in enumerate(values) if is_number(v))
+        kept = [placeholder if i == first else v for i, v in enumerate(values) if i == first or not is_number(v)]
+        return {**n, "enum": kept}
+
+    def _range(self, n: dict) -> Range | None:
+        if not self.json_style or "multipleOf" in n:
+            return None
+        return own_range(n, _types(n))
+
+    def _lengths(self, n: dict) -> tuple[int, int | None] | None:
+        if not self.json_style or "string" not in _types(n) or any(k in n for k in (*_BESIDE_LENGTHS, EXCEPT)):
+            return None
+        return counted(n) if "minLength" in n or "maxLength" in n else None
+
+    def _split(self, n: dict, rng: Range | None, lengths: tuple[int, int | None] | None) -> dict:
         """The node as anyOf its own-EBNF parts and the rest of its types (xgrammar's)."""
-        t = n.get("type")
-        types = [t] if isinstance(t, str) else list(t) if isinstance(t, list) else list(_ALL_TYPES)
+        types = _types(n)
         parts: list[dict] = []
         if "multipleOf" in n:
             m = multiples(n, "number" not in types)
-            parts.append(self._placeholder(RULE_PREFIX, lambda name: automaton_rules(m, name)))
+            parts.append(self._own(RULE_PREFIX, lambda name: automaton_rules(m, name)))
             types = [x for x in types if x not in ("integer", "number")]
+        own_numbers = "multipleOf" in n
+        if rng is not None:
+            try:
+                rules = range_rules(rng, "probe")
+            except TooLarge:  # xgrammar's range: as close as before, never refused
+                rules = rng = None
+            if rng is not None:
+                types = [x for x in types if x not in ("integer", "number")]
+                own_numbers = True
+                if rules is not None:
+                    parts.append(self._own(RANGE_PREFIX, lambda name: range_rules(rng, name)))
+                elif not types:
+                    raise EmptySchemaError("JSON schema accepts no value: no number lies within its bounds")
         if "not" in n:
             excluded = list(dict.fromkeys(n["not"]["enum"]))
-            parts.append(self._placeholder("tagjit_notstr_", lambda name: exclusion_rules(excluded, name)))
+            parts.append(self._own("tagjit_notstr_", lambda name: exclusion_rules(excluded, name)))
             types = [x for x in types if x != "string"]
         own_string = "not" in n
         if pattern_with_lengths(n) and "string" in types:
             a = node_automaton(n)  # with the node's format too, where it has one beside the pattern
-            parts.append(self._placeholder(PATTERN_PREFIX, lambda name: lengths_rules(a, name)))
+            parts.append(self._own(PATTERN_PREFIX, lambda name: lengths_rules(a, name)))
+            types = [x for x in types if x != "string"]
+            own_string = True
+        if lengths is not None and "string" in types:
+            lo, hi = lengths
+            base = f"{LENGTH_PREFIX}{self.nonce}"  # strings of one grammar share their count rules
+            parts.append(self._own(LENGTH_PREFIX, lambda name: length_rules(lo, hi, name, base)))
             types = [x for x in types if x != "string"]
             own_string = True
         if types:
-            rest = {k: v for k, v in n.items() if k not in ("not", "$defs", "definitions", EXCEPT, *_NUMERIC)
-                    and not (k in _STRING and own_string)}
+            rest = {k: v for k, v in n.items() if k not in ("not", "$defs", "definitions", EXCEPT)
+                    and not (k in _NUMERIC and own_numbers) and not (k in _STRING and own_string)}
             rest["type"] = types[0] if len(types) == 1 else types
             parts.append(rest)
         keep = {k: v for k, v in n.items() if k in ("$defs", "definitions")}
         return {**keep, "anyOf": parts} if len(parts) > 1 else {**parts[0], **keep}
+
+    def _own(self, prefix: str, rules: Any) -> dict:
+        return {"const": self._placeholder(prefix, rules)}
 
     def splice(self, grammar: xgr.Grammar) -> xgr.Grammar:
         """xgrammar's grammar of the lifted schema with every placeholder replaced by tagjit's rule."""
         if not self.rules:
             return grammar
         text, printed = swap_const_literals(str(grammar), {p: name for p, (name, _) in self.rules.items()})
-        extra = [rule for p in printed for rule in self.rules[p][1]]
+        extra = list(dict.fromkeys(rule for p in printed for rule in self.rules[p][1]))  # shared rules once
         return xgr.Grammar.from_ebnf(text + "\n" + "\n".join(extra) + "\n", root_rule_name="root")
 
 
@@ -96,7 +161,13 @@ def pattern_with_lengths(n: dict) -> bool:
     return EXCEPT in n or isinstance(n.get("pattern"), str) and ("minLength" in n or "maxLength" in n)
 
 
-def lift(schema: Any) -> tuple[Any, Lifted]:
-    """A normalised schema with its own-EBNF values replaced by placeholders, and what replaces them."""
-    lifted = Lifted()
+def _types(n: dict) -> list[str]:
+    t = n.get("type")
+    return [t] if isinstance(t, str) else list(t) if isinstance(t, list) else list(_ALL_TYPES)
+
+
+def lift(schema: Any, json_style: bool = True) -> tuple[Any, Lifted]:
+    """A normalised schema with its own-EBNF values replaced by placeholders, and what replaces them (``json_style``:
+    the rules only JSON-style content takes too)."""
+    lifted = Lifted(json_style)
     return lifted.node(schema), lifted
