@@ -430,8 +430,14 @@ def _alt(seqs: list[str]) -> str:
 
 def spellings(ranges: list[tuple[int, int]]) -> str:
     """An EBNF expression for every JSON spelling, inside a string, of one character from ``ranges``."""
+    raw, short, escaped = spelling_parts(ranges)
+    return _alt([x for x in (raw, short) if x] + (['"\\\\u" ' + _alt(escaped)] if escaped else []))
+
+
+def spelling_parts(ranges: list[tuple[int, int]]) -> tuple[str | None, str | None, list[str]]:
+    """The JSON spellings of one character from ``ranges``: the class of those JSON writes raw, the short escapes
+    (``"\\\\" [nt]``), and the sequences that follow ``\\u`` (one BMP character, or a surrogate pair)."""
     codes_small = {c for lo, hi in ranges if lo < 0x80 for c in range(lo, min(hi, 0x7F) + 1)}
-    alts = []
     raw_forbidden = sorted({ord(c) for c in RAW_FORBIDDEN})
     raw_chars: list[tuple[int, int]] = []
     for lo, hi in ranges:  # split around the characters JSON never writes raw, never walking a range (up to 1.1M)
@@ -445,22 +451,19 @@ def spellings(ranges: list[tuple[int, int]]) -> str:
                 c = f + 1
         if c <= hi:
             raw_chars.append((c, hi))
-    if raw_chars:
-        alts.append(_class_of_ranges(raw_chars))
-    short = [e for ch, e in SHORT_ESCAPES.items() if ord(ch) in codes_small]
-    if short:
-        alts.append('"\\\\" [' + "".join("\\" + e if e in '\\]^-["' else e for e in short) + "]")
+    raw = _class_of_ranges(raw_chars) if raw_chars else None
+    codes = [e for ch, e in SHORT_ESCAPES.items() if ord(ch) in codes_small]
+    short = ('"\\\\" [' + "".join("\\" + e if e in '\\]^-["' else e for e in codes) + "]") if codes else None
     bmp = [(lo, min(hi, 0xFFFF)) for lo, hi in ranges if lo <= 0xFFFF]
-    hex_seqs = [s for lo, hi in bmp for s in _hex_range(lo, hi, 4)]
-    if hex_seqs:
-        alts.append('"\\\\u" ' + _alt(hex_seqs))
+    escaped = [seq for lo, hi in bmp for seq in _hex_range(lo, hi, 4)]
     for lo, hi in ranges:
         if hi < 0x10000:
             continue
         lo = max(lo, 0x10000)
         for h_lo, h_hi, l_lo, l_hi in _pairs(lo - 0x10000, hi - 0x10000):
-            alts.append('"\\\\u" ' + _alt(_hex_range(h_lo, h_hi, 4)) + ' "\\\\u" ' + _alt(_hex_range(l_lo, l_hi, 4)))
-    return _alt(alts)
+            escaped += [f'{high} "\\\\u" {low}' for high in _hex_range(h_lo, h_hi, 4)
+                        for low in _hex_range(l_lo, l_hi, 4)]
+    return raw, short, escaped
 
 
 def _class_of_ranges(ranges: list[tuple[int, int]]) -> str:
@@ -489,17 +492,41 @@ def _pairs(lo: int, hi: int) -> list[tuple[int, int, int, int]]:
     return out
 
 
+# Most states of a string automaton whose masks xgrammar precomputes (see lengths_rules).
+PRECOMPUTED_STATES = 256
+
+
 def lengths_rules(a: Lengths, name: str) -> list[str]:
-    """EBNF rules (rule ``name`` first) for a JSON string, quotes included, whose value the automaton accepts."""
+    """EBNF rules (rule ``name`` first) for a JSON string, quotes included, whose value the automaton accepts.
+
+    Up to ``PRECOMPUTED_STATES`` states, each state's rule holds its classes' raw characters and short escapes
+    inline and their ``\\uXXXX`` spellings as one rule per class: xgrammar 0.2.8 precomputes a state's mask only
+    while a token stays in the rule it starts in, so a class written as a rule of its own left every mask inside the
+    string to its parser (15-60 ms a token with a 151k vocabulary; inline ~0.01-0.06 ms, as ``bounded_strings``).
+    Each precomputed state costs a vocabulary-wide pass at compile time (~50 ms on one thread, more for broad
+    classes), so a larger automaton keeps the class rules: compiled at once, its masks left to the parser."""
     if a.empty():
         raise EmptySchemaError("a pattern with minLength/maxLength that accepts no string")
     used = sorted({key for out in a.edges for key in out})
     rules = [f'{name} ::= "\\"" {name}_0']
-    for key in used:
-        rules.append(f"{name}_c{key} ::= {spellings(a.classes[key])}")
+    if len(a.edges) > PRECOMPUTED_STATES:
+        rules += [f"{name}_c{key} ::= {spellings(a.classes[key])}" for key in used]
+        for i, out in enumerate(a.edges):
+            alts = ['"\\""'] if a.final[i] else []
+            alts += [f"{name}_c{key} {name}_{t}" for key, t in sorted(out.items())]
+            rules.append(f"{name}_{i} ::= " + " | ".join(alts))
+        return rules
+    parts = {key: spelling_parts(a.classes[key]) for key in used}
+    for key, (_, _, escaped) in parts.items():
+        if escaped:
+            rules.append(f"{name}_u{key} ::= " + " | ".join('"\\\\u" ' + seq for seq in escaped))
     for i, out in enumerate(a.edges):
         alts = ['"\\""'] if a.final[i] else []
-        alts += [f"{name}_c{key} {name}_{t}" for key, t in sorted(out.items())]
+        for key, t in sorted(out.items()):
+            raw, short, escaped = parts[key]
+            alts += [f"{x} {name}_{t}" for x in (raw, short) if x]
+            if escaped:
+                alts.append(f"{name}_u{key} {name}_{t}")
         rules.append(f"{name}_{i} ::= " + " | ".join(alts))
     return rules
 
