@@ -266,3 +266,9 @@ def test_an_automaton_over_the_precomputed_states_keeps_one_rule_per_class():
     a = lengths_automaton(format_pattern("email"), 0, 64)
     assert len(a.edges) > PRECOMPUTED_STATES
     assert any(r.startswith("s_c") for r in lengths_rules(a, "s"))
+
+
+def test_a_negated_shorthand_inside_a_class_admits_every_character_it_stands_for(service):
+    # [\S ] is any character but whitespace, or a space: a tab or newline stays out.
+    schema = {"type": "string", "pattern": "^[\\S ]+$", "maxLength": 5}
+    assert judged(service, schema, ['"a b"', '"é-1"', '"a\\tb"', '"a\\nb"', '""']) == ['"a b"', '"é-1"']

@@ -119,6 +119,7 @@ def _tokens(p: str) -> list[tuple[str, str]]:
                 j += 1
             if p.startswith("]", j):
                 raise PatternProblem("pattern with an empty character class")
+            negated: list[str] = []  # \S, \W, \D in a class that is not negated: alternatives of their own
             while j < n and p[j] != "]":
                 if p[j] == "\\" and j + 1 < n:
                     if p[j + 1] == "u":
@@ -128,7 +129,9 @@ def _tokens(p: str) -> list[tuple[str, str]]:
                     if p[j + 1] in "pPck":
                         raise PatternProblem(f"pattern with \\{p[j + 1]}")
                     if p[j + 1] in "SWD" and body[1:2] != ["^" + _SENTINELS]:
-                        raise PatternProblem(f"pattern with \\{p[j + 1]} inside a character class")
+                        negated.append(_NEGATED_SHORTHANDS[p[j + 1]])
+                        j += 2
+                        continue
                     body.append(p[j:j + 2])
                     j += 2
                 elif p[j] == "[":
@@ -139,7 +142,8 @@ def _tokens(p: str) -> list[tuple[str, str]]:
                     j += 1
             if j >= n:
                 raise PatternProblem("pattern with an unclosed character class")
-            out.append(("atom", "".join(body) + "]"))
+            alternatives = (["".join(body) + "]"] if len(body) > 1 else []) + negated
+            out.append(("atom", alternatives[0] if len(alternatives) == 1 else f"(?:{'|'.join(alternatives)})"))
             i = j + 1
         elif c == "(":
             if p.startswith("(?:", i):
