@@ -157,3 +157,32 @@ def test_a_digit_loop_of_tagjit_is_printed_as_the_class_repetition_the_bound_rep
     text = str(grammar)
     assert "[0]*" in text and "[0-9]*" in text
     assert "[0]{0, 9}" in bound_numbers(text, 9, 2)
+
+
+# -- patternProperties keys tagjit writes itself (build.keys) ----------------------------------------
+
+KEYED = {"type": "object", "properties": {"a": {"type": "integer"}},
+         "patternProperties": {"__tagjit_own_k_0__": {"type": "string"}, "__tagjit_own_k_1__": {"type": "integer"}},
+         "additionalProperties": False}
+
+
+def test_xgrammar_prints_each_pattern_properties_key_as_one_json_string_regex_call_which_tagjit_replaces():
+    text = printed(KEYED)
+    for key in KEYED["patternProperties"]:
+        assert text.count(f'Regex("{key}", json_string=true)') == 1 == text.count(key)
+
+
+def test_a_swapped_key_regex_takes_the_names_of_its_rule():
+    from tagjit.build.printed import swap_key_regexes
+
+    text, swapped = swap_key_regexes(printed(KEYED), {"__tagjit_own_k_0__": "k"})
+    assert swapped == ["__tagjit_own_k_0__"]
+    grammar = xgr.Grammar.from_ebnf(text + '\nk ::= "b" | "c" k\n', root_rule_name="root")
+    assert accepts(grammar, '{"a": 1, "ccb": "s"}') and not accepts(grammar, '{"a": 1, "x": "s"}')
+
+
+def test_a_key_regex_printed_another_way_is_a_printer_change():
+    from tagjit.build.printed import swap_key_regexes
+
+    with pytest.raises(PrinterChanged):
+        swap_key_regexes('r ::= Regex("__tagjit_own_k_0__")', {"__tagjit_own_k_0__": "k"})

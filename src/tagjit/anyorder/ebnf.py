@@ -78,6 +78,8 @@ class AnyOrderEbnf:
         if parts and parts[0] in ("$defs", "definitions"):
             return ref
         if ref.startswith("#/"):
+            if id(self.plan.root) in self.plan.ao:  # the root's rule is tagjit's: its other members are not kept
+                raise UnsupportedFeatureError(f"$ref into a member of an {KEYWORD} root ({ref})")
             self.needs_root_def = True
             return "#/$defs/__tagjit_root/" + ref[2:]
         return ref

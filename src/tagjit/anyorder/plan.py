@@ -90,11 +90,18 @@ class _Arr:
         self.items: Val | None = None
 
 
+_BRANCHES = (f"{KEYWORD} below an anyOf/oneOf whose branches can be several objects or arrays (the filter cannot "
+             "tell which branch the text is in)")
+
+
 class _Ambiguous(Exception):
-    def __init__(self, where: str, ids: set[int]) -> None:
+    """Any-order objects the filter cannot follow (``ids``), and why: the server default leaves them in order."""
+
+    def __init__(self, where: str, ids: set[int], feature: str = _BRANCHES) -> None:
         super().__init__(where)
         self.where = where
         self.ids = ids
+        self.feature = feature
 
 
 def key_spelling(name: str) -> str:
@@ -126,6 +133,8 @@ class AnyOrderPlan:
                     self.explicit.add(i)
                 if not reason:
                     self.ao.add(i)
+        if id(schema) in self.ao - self.explicit and _refs_into_root(schema):
+            self.ao.discard(id(schema))  # server default: the root keeps its order, its members stay addressable
         while True:
             self._reach()
             try:
@@ -134,9 +143,7 @@ class AnyOrderPlan:
             except _Ambiguous as amb:
                 bad = amb.ids & self.ao
                 if bad & self.explicit or not bad:
-                    raise UnsupportedFeatureError(
-                        f"{KEYWORD} below an anyOf/oneOf whose branches can be several objects or arrays "
-                        "(the filter cannot tell which branch the text is in)", amb.where) from None
+                    raise UnsupportedFeatureError(amb.feature, amb.where) from None
                 self.ao -= bad  # server default: those objects keep their declared order
 
     # -- graph -----------------------------------------------------------------------------------
@@ -292,8 +299,10 @@ class AnyOrderPlan:
         if isinstance(extra, dict):
             o.extra = self._val(extra)
         pattern = node.get("patternProperties")
-        if isinstance(pattern, dict) and any(isinstance(s, dict) and id(s) in self.has_ao for s in pattern.values()):
-            raise UnsupportedFeatureError(f"{KEYWORD} below patternProperties", o.path)
+        below = [s for s in pattern.values() if isinstance(s, dict) and id(s) in self.has_ao] \
+            if isinstance(pattern, dict) else []
+        if below:  # the filter would have to tell which pattern a name matches
+            raise _Ambiguous(o.path, self._ao_below(below), f"{KEYWORD} below patternProperties")
         if not o.ao:
             return o
         o.all = (1 << len(o.names)) - 1
@@ -331,6 +340,12 @@ class AnyOrderPlan:
             a.prefix = [self._val(x) for x in node.get("prefixItems") or []]
             a.items = self._val(items)
         return a
+
+
+def _refs_into_root(schema: dict) -> bool:
+    """Whether a ``$ref`` points into one of the root's members other than its definitions (``#/bolts/...``)."""
+    refs = [n["$ref"] for n, _ in keywords.subschemas(schema) if isinstance(n.get("$ref"), str)]
+    return any(r.startswith("#/") and not r.startswith(("#/$defs/", "#/definitions/")) for r in refs)
 
 
 def admits(node: dict, kind: str) -> bool:

@@ -55,6 +55,20 @@ def swap_const_literals(text: str, rules: Mapping[str, str]) -> tuple[str, list[
     return text, printed
 
 
+def swap_key_regexes(text: str, rules: Mapping[str, str]) -> tuple[str, list[str]]:
+    """Replace the regex call xgrammar prints for each patternProperties key of ``rules`` (a placeholder pattern) by
+    its rule; the keys it printed."""
+    printed = []
+    for key, rule in rules.items():
+        call = f"Regex({ebnf_string(key)}, json_string=true)"
+        if text.count(key) != text.count(call):  # a key spelled any other way would keep xgrammar's regex
+            raise PrinterChanged(f"xgrammar no longer prints the patternProperties key {key!r} as one regex call")
+        if call in text:
+            text = text.replace(call, rule)
+            printed.append(key)
+    return text, printed
+
+
 def split_root(text: str) -> tuple[list[str], list[str]]:
     """The top-level alternatives of xgrammar's ``root`` rule, and every other rule line."""
     lines = text.splitlines()

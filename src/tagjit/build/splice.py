@@ -21,7 +21,9 @@ from tagjit.build.bounded_strings import RULE_PREFIX as LENGTH_PREFIX, counted, 
 from tagjit.build.numbers import (RANGE_PREFIX, RULE_PREFIX, VALUE_PREFIX, Range, TooLarge, automaton_rules,
                                   is_number, multiples, own_range, range_rules, value_rules)
 from tagjit.build.patterns import EXCEPT, RULE_PREFIX as PATTERN_PREFIX, lengths_rules, node_automaton
-from tagjit.build.printed import swap_const_literals
+from tagjit.build.keys import (PRECOMPUTED_KEY_STATES, RULE_PREFIX as KEY_PREFIX, is_key_text, key_expr, key_rules,
+                               key_states)
+from tagjit.build.printed import swap_const_literals, swap_key_regexes
 from tagjit.build.strings import exclusion_rules
 from tagjit.errors import EmptySchemaError
 from tagjit.schema.keywords import LISTS, MAPS, PASSIVE, VALUES
@@ -64,6 +66,7 @@ class Lifted:
                 out[k] = self.node(v)
             else:
                 out[k] = v
+        out = self._pattern_keys(out)
         if self.json_style:
             out = self._number_values(out)
         rng, lengths = self._range(out), self._lengths(out)
@@ -150,8 +153,37 @@ class Lifted:
         """xgrammar's grammar of the lifted schema with every placeholder replaced by tagjit's rule."""
         if not self.rules:
             return grammar
+        grammar = self._swap_keys(grammar)
         text, printed = swap_const_literals(str(grammar), {p: name for p, (name, _) in self.rules.items()})
         extra = list(dict.fromkeys(rule for p in printed for rule in self.rules[p][1]))  # shared rules once
+        return xgr.Grammar.from_ebnf(text + "\n" + "\n".join(extra) + "\n", root_rule_name="root")
+
+    def _pattern_keys(self, n: dict) -> dict:
+        """The node with each patternProperties key ``schema.pattern_properties`` wrote as a placeholder pattern, and
+        its language's rule (``keys.key_rules``) to replace xgrammar's regex of it."""
+        pattern_props = n.get("patternProperties")
+        if not isinstance(pattern_props, dict) or not any(is_key_text(k) for k in pattern_props):
+            return n
+        renamed = {}
+        for key, schema in pattern_props.items():
+            if not is_key_text(key):
+                renamed[key] = schema
+                continue
+            expr = key_expr(key)
+            # Keys' masks are precomputed while their states fit one budget for the whole grammar.
+            states = getattr(self, "key_states", 0) + key_states(expr)
+            precomputed = states <= PRECOMPUTED_KEY_STATES
+            self.key_states = states if precomputed else getattr(self, "key_states", 0)
+            renamed[self._placeholder(KEY_PREFIX, lambda name: key_rules(expr, name, precomputed))] = schema
+        return {**n, "patternProperties": renamed}
+
+    def _swap_keys(self, grammar: xgr.Grammar) -> xgr.Grammar:
+        """xgrammar's grammar with the regex of each placeholder key replaced by its language's rule."""
+        keys = {p: name for p, (name, _) in self.rules.items() if name.startswith(KEY_PREFIX)}
+        if not keys:
+            return grammar
+        text, printed = swap_key_regexes(str(grammar), keys)
+        extra = list(dict.fromkeys(rule for p in printed for rule in self.rules[p][1]))  # class rules once
         return xgr.Grammar.from_ebnf(text + "\n" + "\n".join(extra) + "\n", root_rule_name="root")
 
 

@@ -18,6 +18,7 @@ from tagjit.build.patterns import EXCEPT, format_lengths_problem, format_pattern
 from tagjit.build.strings import exclusion_problem
 from tagjit.schema.formats import SUPPORTED_FORMATS
 from tagjit.schema.normalize import normalize_schema
+from tagjit.schema.pattern_properties import pattern_keys_problem, wants_exact_keys
 from tagjit.schema.keywords import path_text, subschemas
 from tagjit.schema.productive import unproductive_refs
 
@@ -217,11 +218,10 @@ def _node_problem(node: dict) -> str | None:
     if "pattern" in node and "format" in node and not lengths and stringy:  # with lengths: intersected above
         return "pattern together with format"
     pattern_props = node.get("patternProperties")
-    if isinstance(pattern_props, dict) and pattern_props:
-        if "properties" in node:
-            return "patternProperties together with properties"
-        if len(pattern_props) > 1:
-            return "more than one patternProperties entry"
+    if isinstance(pattern_props, dict) and pattern_props and wants_exact_keys(node):
+        problem = pattern_keys_problem(pattern_props)
+        if problem is not None:
+            return problem
     if "propertyNames" in node:
         if "properties" in node or "patternProperties" in node:
             return "propertyNames together with properties"

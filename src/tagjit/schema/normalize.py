@@ -17,6 +17,7 @@ from tagjit.errors import ConstraintError, EmptySchemaError, UnsupportedFeatureE
 from tagjit.schema.dependencies import DEPENDENCY_KEYWORDS, expand_dependencies
 from tagjit.schema.formats import apply_format
 from tagjit.schema.metaschema import KNOWN_KEYWORDS
+from tagjit.schema.pattern_properties import exact_pattern_properties, merge_pattern_objects, wants_exact_keys
 from tagjit.schema.keywords import (ANNOTATIONS, KEYS, LISTS, MAPS, PASSIVE, TYPE_KEYWORDS, VALUES, path_text, resolve,
                                     subschemas)
 
@@ -93,8 +94,10 @@ class _Normalizer:
             raise UnsupportedFeatureError("anyOf together with oneOf", where)
         if combinators:
             n = self._distribute(n, combinators[0], where)
+        held = exact_pattern_properties(self, n, where) if wants_exact_keys(n) else {}
         if not KEYS.isdisjoint(n):  # most nodes are leaves
             self._children(n, where)
+        n.update(held)  # normalised already, in the exact form (schema.pattern_properties)
         if combinators and combinators[0] == "oneOf":
             n["oneOf"] = self._one_of(n["oneOf"], where)
         _infer_type(n)
@@ -358,7 +361,7 @@ class _Normalizer:
 
     def _merge_object(self, a: dict, b: dict, where: str) -> Any:
         if "patternProperties" in a or "patternProperties" in b:
-            raise UnsupportedFeatureError("patternProperties inside allOf or beside anyOf/oneOf", where)
+            return merge_pattern_objects(self, a, b, where)
         pa, pb = a.get("properties", {}), b.get("properties", {})
         ea, eb = a.get("additionalProperties", True), b.get("additionalProperties", True)
         extra = self.merge(ea, eb, f"{where}/additionalProperties")
@@ -594,6 +597,8 @@ def _without_all_of(n: dict, names: list[str], typed: bool, where: str) -> dict:
 
 def _forbid(n: dict, name: str, where: str) -> dict:
     """The object part of a node, with property ``name`` forbidden."""
+    if isinstance(n.get("patternProperties"), dict) and "propertyNames" not in n:  # declared false: no key language
+        return {**n, "type": "object", "properties": {**(n.get("properties") or {}), name: False}}  # holds it
     if "patternProperties" in n or "propertyNames" in n or n.get("additionalProperties", False) is not False:
         raise UnsupportedFeatureError("not: {required} where other keywords admit the name (additionalProperties, "
                                       "patternProperties or propertyNames)", where)
@@ -625,15 +630,48 @@ def _json_equal(a: Any, b: Any) -> bool:
 def _anchor_pattern(n: dict) -> None:
     """xgrammar matches a pattern against the whole string; JSON Schema searches for it anywhere."""
     p = n.get("pattern")
-    if not isinstance(p, str) or (p.startswith("^") and p.endswith("$") and not p.endswith("\\$")):
+    if not isinstance(p, str) or "minLength" in n or "maxLength" in n:  # build.patterns searches it itself
         return
-    if "minLength" in n or "maxLength" in n:  # build.patterns searches the pattern itself, anchors and all
+    alternatives = _alternatives(p)
+    if len(alternatives) > 1:  # "^a|b$": each alternative has its own anchors
+        n["pattern"] = "^(?:" + "|".join(_searched(a) for a in alternatives) + ")$"
+        return
+    if p.startswith("^") and p.endswith("$") and not p.endswith("\\$"):
         return
     # [\s\S], not ".": a searched pattern may sit after a newline (tagjit's pattern-with-length rule reads escapes;
     # xgrammar's own pattern rule takes no escape, so for it the two are the same).
     head = "" if p.startswith("^") else "[\\s\\S]*"
     tail = "" if p.endswith("$") and not p.endswith("\\$") else "[\\s\\S]*"
     n["pattern"] = f"^{head}(?:{p}){tail}$"  # anchored again, so normalising twice changes nothing
+
+
+def _alternatives(p: str) -> list[str]:
+    """The top-level alternatives of a pattern (split at each ``|`` outside groups and character classes)."""
+    out, depth, start, i, in_class = [], 0, 0, 0, False
+    while i < len(p):
+        c = p[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c in "()":
+            depth += 1 if c == "(" else -1
+        elif c == "|" and depth == 0:
+            out.append(p[start:i])
+            start = i + 1
+        i += 1
+    return [*out, p[start:]]
+
+
+def _searched(a: str) -> str:
+    """One alternative as a whole-string match of JSON Schema's search for it (its own anchors kept as ends)."""
+    start = a.startswith("^")
+    end = a.endswith("$") and not a.endswith("\\$")
+    core = a[1 if start else 0:len(a) - 1 if end else len(a)]
+    return ("" if start else "[\\s\\S]*") + f"(?:{core})" + ("" if end else "[\\s\\S]*")
 
 
 def _lengths(n: dict) -> bool:

@@ -23,6 +23,7 @@ import json
 import math
 from typing import Any, Callable, Protocol
 
+from tagjit.build.keys import key_expr, matches
 from tagjit.build.patterns import EXCEPT, PatternProblem, string_set_empty, strings_disjoint
 from tagjit.errors import UnsupportedFeatureError
 from tagjit.schema.keywords import PASSIVE
@@ -237,7 +238,7 @@ def _numbers(norm: Normalizer, a: dict, b: dict, depth: int) -> list:
 
 
 def _objects(norm: Normalizer, a: dict, b: dict, depth: int) -> list:
-    extra_keys = set(_core(b)) - _OBJECT_KEYS
+    extra_keys = (set(_core(b)) | {"patternProperties"} & set(a)) - _OBJECT_KEYS  # a's names are not all declared
     if extra_keys:
         raise _Inexpressible(f"objects told apart by {sorted(extra_keys)[0]}")
     pa, pb = _props(a), _props(b)
@@ -297,6 +298,21 @@ def _extra(n: dict, strict: bool) -> Any:
     if strict and any(k in n for k in ("properties", "required", "patternProperties")):
         return False
     return True
+
+
+def _forbids(n: dict, name: str, strict: bool) -> bool:
+    """Whether object ``n`` takes no member ``name`` (False where one of its patternProperties may admit it)."""
+    props = _props(n)
+    if name in props:
+        return props[name] is False
+    patterns = n.get("patternProperties")
+    if isinstance(patterns, dict):
+        try:
+            if any(matches(key_expr(key), name) for key in patterns):
+                return False
+        except PatternProblem:
+            return False
+    return _extra(n, strict) is False
 
 
 def _without(a: dict, name: str) -> dict:
@@ -407,7 +423,7 @@ def disjoint(norm: Normalizer, a: Any, b: Any) -> bool:
                 return True
         xa, xb = _extra(a, norm.strict), _extra(b, norm.strict)
         for x, px, xx, y, py in ((a, pa, xa, b, pb), (b, pb, xb, a, pa)):
-            if any(py.get(name, _extra(y, norm.strict)) is False for name in _required(x)):
+            if any(_forbids(y, name, norm.strict) for name in _required(x)):
                 return True
     return False
 
