@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pools import UNHURRIED
+from shared_data import maskbench
 from tagjit import CompileService, Constraint, ConstraintError
 from tagjit.constraint import Kind
 from tagjit.errors import EmptySchemaError
@@ -45,6 +46,52 @@ def test_a_required_property_that_accepts_no_value_is_refused_naming_it(svc):
     schema = {**SEARCH, "required": ["city", "has_wifi"]}
     with pytest.raises(EmptySchemaError, match="has_wifi.*required"):
         svc.validate(Constraint.of(Kind.JSON, schema))
+
+
+# A definition no value satisfies, as a real schema (MaskBench Github_medium---o4179) marks the names a sender must
+# leave out: {"not": {"type": [every type]}}.
+DISALLOWED = {"not": {"type": ["array", "boolean", "integer", "number", "null", "object", "string"]}}
+
+
+@pytest.mark.parametrize("definition", [DISALLOWED, False, {"$ref": "#/definitions/also"}])
+def test_an_optional_property_whose_ref_accepts_no_value_is_forbidden(svc, definition):
+    schema = {"definitions": {"no": definition, "also": False}, "type": "object",
+              "properties": {"a": {"type": "integer"}, "gone": {"$ref": "#/definitions/no"}}}
+    c = Constraint.of(Kind.JSON, schema)
+    svc.validate(c)
+    assert accepts(svc, c, '{"a": 1}')
+    assert not accepts(svc, c, '{"a": 1, "gone": null}')
+
+
+def test_a_definition_that_accepts_no_value_and_is_never_used_is_no_reason_to_refuse(svc):
+    c = Constraint.of(Kind.JSON, {"definitions": {"no": DISALLOWED}, "type": "object",
+                                  "properties": {"a": {"type": "integer"}}})
+    svc.validate(c)
+    assert accepts(svc, c, '{"a": 1}')
+
+
+def test_a_required_property_whose_ref_accepts_no_value_is_refused_naming_it(svc):
+    schema = {"definitions": {"no": DISALLOWED}, "type": "object", "properties": {"gone": {"$ref": "#/definitions/no"}},
+              "required": ["gone"]}
+    with pytest.raises(EmptySchemaError, match="gone.*#/definitions/no.*required"):
+        svc.validate(Constraint.of(Kind.JSON, schema))
+
+
+def test_names_a_pattern_property_refers_away_to_nothing_are_forbidden(svc):
+    schema = {"definitions": {"no": DISALLOWED}, "type": "object", "properties": {"a": {"type": "integer"}},
+              "patternProperties": {"_Localised$": {"$ref": "#/definitions/no"}}, "additionalProperties": True}
+    c = Constraint.of(Kind.JSON, schema)
+    svc.validate(c)
+    assert accepts(svc, c, '{"a": 1, "b_x": 2}')
+    assert not accepts(svc, c, '{"a": 1, "b_Localised": 2}')
+
+
+def test_a_real_schema_marking_names_with_a_definition_of_no_value_takes_objects_without_them(svc):
+    c = Constraint.of(Kind.JSON, maskbench("Github_medium---o4179.json")["schema"])  # was refused: accepts no value
+    header = '"header": {"softwareName": "c", "softwareVersion": "1", "uploaderID": "u"}'
+    message = '"StarPos": [0, 0, 0], "StarSystem": "Sol", "SystemAddress": 1, "event": "Docked", "timestamp": "t"'
+    assert accepts(svc, c, f'{{"$schemaRef": "s", {header}, "message": {{{message}}}}}')
+    assert not accepts(svc, c, f'{{"$schemaRef": "s", {header}, "message": {{"ActiveFine": 1, {message}}}}}')
 
 
 def test_an_empty_optional_property_beside_open_extras_is_refused_with_the_reason(svc):

@@ -50,6 +50,7 @@ class _Normalizer:
         self._views: dict[str, Any] = {}  # $ref -> its normalised target, for oneOf differences
         self._viewing: list[str] = []
         self.forbidden: list[str] = []  # optional properties left out because they accept no value
+        self._empty_refs: dict[str, bool] = {}  # $ref -> whether its target accepts no value
 
     # Built on first use: most schemas have no enum beside other keywords and no plain-name $ref.
     @cached_property
@@ -111,7 +112,12 @@ class _Normalizer:
         return _structured_values(self._filter_enum(n, where))
 
     def _children(self, n: dict, where: str) -> None:
+        for key in _DEFINITIONS:  # before the properties, whose $refs ask whether a definition accepts a value
+            if isinstance(n.get(key), dict):
+                n[key] = {name: self._definition(child, f"{where}/{key}/{name}") for name, child in n[key].items()}
         for key in MAPS:
+            if key in _DEFINITIONS:
+                continue
             if key == "properties" and isinstance(n.get(key), dict):
                 n[key] = self._properties(n, where)
             elif isinstance(n.get(key), dict):
@@ -123,6 +129,51 @@ class _Normalizer:
         for key in VALUES:
             if isinstance(n.get(key), dict):
                 n[key] = self.node(n[key], f"{where}/{key}")
+
+    def _definition(self, n: Any, where: str) -> Any:
+        """A normalised definition; one that accepts no value is false (only what refers to it fails or is left out)."""
+        if where.startswith("#/"):
+            self._empty_refs.setdefault(where, False)  # provisionally, as in accepts_nothing
+        try:
+            out = self.node(n, where)
+            if self.accepts_nothing(out, where):
+                out = False
+        except EmptySchemaError:
+            out = False
+        if where.startswith("#/"):
+            self._empty_refs[where] = out is False
+        return out
+
+    def accepts_nothing(self, n: Any, where: str) -> bool:
+        """Whether a normalised node is a plain ``$ref`` (annotations aside) whose target accepts no value."""
+        chain: list[str] = []
+        while isinstance(n, dict) and isinstance(n.get("$ref"), str) and ANNOTATIONS.issuperset(set(n) - {"$ref"}):
+            ref = self._anchor_paths.get(n["$ref"], n["$ref"])
+            if ref in self._empty_refs:
+                return self._empty_refs[ref]
+            if ref in chain:  # references all the way round: no value
+                break
+            chain.append(ref)
+            try:
+                n = self._resolve(ref, where)
+            except ConstraintError:
+                return False  # reported where the $ref itself is checked
+        else:
+            if not chain:
+                return n is False
+            # Provisionally productive while it is normalised: a target that reaches itself again is judged by
+            # check's $ref-cycle test, and this keeps the walk from recursing.
+            self._empty_refs.update(dict.fromkeys(chain, False))
+            try:
+                empty = n is False or (isinstance(n, dict) and self.node(n, chain[-1]) is False)
+            except EmptySchemaError:
+                empty = True
+            except ConstraintError:
+                empty = False
+            self._empty_refs.update(dict.fromkeys(chain, empty))
+            return empty
+        self._empty_refs.update(dict.fromkeys(chain, True))
+        return True
 
     def _branches(self, branches: list, key: str, where: str) -> list:
         """Normalised anyOf/oneOf branches; one that accepts no value is left out (it matches nothing, so this is
@@ -146,7 +197,11 @@ class _Normalizer:
             try:
                 if child is False:
                     raise EmptySchemaError(f"JSON schema at '{at}' is false: it accepts no value")
-                out[name] = self.node(child, at)
+                value = self.node(child, at)
+                if self.accepts_nothing(value, at):
+                    raise EmptySchemaError(f"JSON schema at '{at}' accepts no value: its $ref {value['$ref']!r} "
+                                           "accepts none")
+                out[name] = value
             except EmptySchemaError as e:
                 if name in required:
                     raise EmptySchemaError(f"{e}; it is required at '{where}', so no object satisfies it") from None
@@ -410,6 +465,7 @@ class _Normalizer:
             raise ConstraintError(f"JSON schema at '{where}': $ref {ref!r} does not resolve") from None
 
 
+_DEFINITIONS = ("$defs", "definitions")
 _OBJECT_SHAPE = ("properties", "additionalProperties", "required", "patternProperties")
 
 

@@ -43,6 +43,8 @@ class Normalizer(Protocol):
 
     def merge(self, a: Any, b: Any, where: str) -> Any: ...
 
+    def accepts_nothing(self, n: Any, where: str) -> bool: ...
+
 
 def wants_exact_keys(n: dict) -> bool:
     """Whether a node's patternProperties are rewritten (an object may have them and they name a pattern)."""
@@ -100,7 +102,10 @@ def _declared(norm: Normalizer, names: list[str], props: dict, entries: list, ex
             if value is False:
                 raise EmptySchemaError(f"JSON schema at '{at}' accepts no value" + (
                     "" if name in props or matched else f": additionalProperties is false at '{where}'"))
-            out[name] = norm.node(value, at)
+            value = norm.node(value, at)
+            if norm.accepts_nothing(value, at):
+                raise EmptySchemaError(f"JSON schema at '{at}' accepts no value: its $ref {value['$ref']!r} accepts none")
+            out[name] = value
         except EmptySchemaError as e:
             if name in required:
                 raise EmptySchemaError(f"{e}; it is required at '{where}', so no object satisfies it") from None
@@ -121,6 +126,8 @@ def _languages(norm: Normalizer, names: list[str], entries: list, extra: Any, wh
         value = _merged(norm, [entries[i][2] for i in members] if members else [extra], at)
         try:
             value = norm.node(value, at) if value is not False else False
+            if norm.accepts_nothing(value, at):
+                value = False
         except EmptySchemaError:
             value = False
         if value is False:  # no member of this language: left out, additionalProperties false forbids it
