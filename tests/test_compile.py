@@ -98,10 +98,10 @@ def test_bad_constraint_is_refused_with_its_reason(service, kind, source, reason
 
 
 @pytest.mark.parametrize("schema,feature", [
-    ({"type": "object", "not": {"properties": {"a": {"type": "string"}}}}, "not: {properties}"),
+    ({"type": "object", "not": {"minProperties": 2}}, "not: {minProperties}"),
     ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "uniqueItems"),
     ({"type": "integer", "multipleOf": 7919, "minimum": -10 ** 12, "maximum": 10 ** 12}, "multipleOf 7919"),
-    ({"if": {"type": "string"}, "then": {"minLength": 2}}, "if"),
+    ({"if": {"type": "string", "minLength": 3}, "then": {"maxLength": 5}}, "not: {type, minLength}' at #/if"),
     ({"type": "string", "format": "regex"}, "format: regex"),
     ({"allOf": [{"type": "string", "pattern": "a"}, {"type": "string", "pattern": "b"}]}, "allOf"),
     ({"type": "object", "properties": {"a": {"$ref": "https://example.com/s.json"}}}, "$ref"),

@@ -75,7 +75,7 @@ def test_a_step_removes_only_the_refused_keyword():
 def test_each_refused_feature_is_one_named_step_at_its_node():
     schema = {"type": "object", "properties": {
         "a": {"type": "string", "not": {"pattern": "x"}},
-        "b": {"type": "object", "if": {"required": ["c"]}, "then": {"required": ["d"]}},
+        "b": {"type": "object", "if": {"properties": {"c": {"pattern": "x"}}}, "then": {"required": ["d"]}},
         "c": {"type": "string", "format": "regex"}}}
     assert sorted(steps_of(schema)) == ["format at #/properties/c", "if at #/properties/b", "not at #/properties/a"]
 

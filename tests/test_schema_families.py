@@ -236,8 +236,74 @@ def test_not_anyof_forbids_each_branch(service):
     assert not accepts(service, schema, '{"a": 1}') and not accepts(service, schema, '{"b": 1}')
 
 
+def test_not_properties_rejects_objects_whose_member_its_schema_accepts(service):
+    schema = {"type": "object", "properties": {"kind": {"type": "string"}, "n": {"type": "integer"}},
+              "not": {"properties": {"kind": {"const": "x"}}, "required": ["kind"]}}
+    assert accepts(service, schema, '{"kind": "y"}') and accepts(service, schema, '{"n": 1}')
+    assert not accepts(service, schema, '{"kind": "x"}') and not accepts(service, schema, '{"kind": "x", "n": 1}')
+    assert not accepts(service, schema, '"x"')  # properties and required hold for every non-object
+
+
+def test_not_properties_with_type_object_lets_every_other_value_through(service):
+    schema = {"type": ["object", "string"], "properties": {"kind": {"type": "string"}},
+              "not": {"type": "object", "properties": {"kind": {"const": "x"}}}}
+    assert accepts(service, schema, '"x"') and accepts(service, schema, '{"kind": "y"}')
+    assert not accepts(service, schema, '{"kind": "x"}') and not accepts(service, schema, "{}")
+
+
+# -- if / then / else --------------------------------------------------------------------------------
+
+SHAPE = {"type": "object", "properties": {"kind": {"enum": ["circle", "square"]}, "radius": {"type": "number"},
+                                          "side": {"type": "number"}},
+         "required": ["kind"], "if": {"properties": {"kind": {"const": "circle"}}},
+         "then": {"required": ["radius"]}, "else": {"required": ["side"]}}
+
+
+def test_then_applies_where_the_condition_holds(service):
+    assert accepts(service, SHAPE, '{"kind": "circle", "radius": 1}')
+    assert not accepts(service, SHAPE, '{"kind": "circle", "side": 1}')
+
+
+def test_else_applies_where_the_condition_fails(service):
+    assert accepts(service, SHAPE, '{"kind": "square", "side": 2}')
+    assert not accepts(service, SHAPE, '{"kind": "square", "radius": 2}')
+
+
+def test_a_condition_on_an_absent_member_holds(service):
+    schema = {**SHAPE, "required": []}  # properties holds of an object without "kind": then applies
+    assert accepts(service, schema, '{"radius": 1}') and not accepts(service, schema, '{"side": 1}')
+
+
+def test_the_members_keep_their_declared_order_under_a_condition(service):
+    assert not accepts(service, SHAPE, '{"radius": 1, "kind": "circle"}')
+
+
+def test_if_then_else_before_draft_7_constrain_nothing(service):
+    schema = {**SHAPE, "$schema": "http://json-schema.org/draft-04/schema#"}
+    assert accepts(service, schema, '{"kind": "circle", "side": 1}')
+
+
+def test_then_without_if_constrains_nothing(service):
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "then": {"required": ["a"]}}
+    assert accepts(service, schema, "{}")
+
+
+@given(kind=st.sampled_from(["circle", "square"]), members=st.sets(st.sampled_from(["radius", "side"])))
+@UNTIMED
+def test_a_condition_accepts_an_object_iff_jsonschema_validates_it(service, kind, members):
+    text = json.dumps({"kind": kind, **{m: 1 for m in ["radius", "side"] if m in members}})
+    assert accepts(service, SHAPE, text) == valid(SHAPE, text)
+
+
+def test_a_real_schema_with_if_then_else_judges_its_instances_as_the_file_does(service):
+    case = maskbench("Github_easy---o4834.json")  # then/else: which names are required, by the value of "c"
+    for t in case["tests"]:
+        assert accepts(service, case["schema"], json.dumps(t["data"])) is t["valid"], t["description"]
+
+
 @pytest.mark.parametrize("schema,feature", [
     ({"type": "string", "not": {"pattern": "^a"}}, "not: {pattern}"),
+    ({**SHAPE, "if": {"properties": {"radius": {"minimum": 2}}}}, "not: {minimum}"),
     ({"$defs": {"s": {"type": "string"}}, "not": {"$ref": "#/$defs/s"}}, "not: {$ref}"),
     ({"type": "number", "not": {"type": "integer"}}, "not: {type: integer} where numbers are allowed"),
     ({"type": "number", "not": {"const": 3}}, "not: {enum} with a value of type number"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from functools import cached_property
 from typing import Any, Iterator
 
@@ -59,6 +60,11 @@ class _Normalizer:
         return cls(self.root)
 
     @cached_property
+    def _draft_7(self) -> bool:
+        """Whether the root's draft has ``if``/``then``/``else`` (draft 7 on; before it they are annotations)."""
+        return not re.search(r"json-schema\.org/draft-0[346]/schema", str(self.root.get("$schema", "")))
+
+    @cached_property
     def _anchor_paths(self) -> dict[str, str]:
         return dict(_anchors(self.root, "#"))
 
@@ -75,11 +81,14 @@ class _Normalizer:
         if "format" in n and not _byte_lengths(n):
             apply_format(n)
         _exact_date(n)
-        if isinstance(n.get("allOf"), list):
-            branches = n.pop("allOf")
+        condition = _conditional(n, self._draft_7) if not _CONDITIONAL.isdisjoint(n) else None
+        if isinstance(n.get("allOf"), list) or condition is not None:
+            branches = n.pop("allOf", [])
             merged: Any = n
-            for i, b in enumerate(branches):
-                merged = self.merge(merged, b, f"{where}/allOf/{i}")
+            # The condition's refusals name the if (relax drops if/then/else there), its emptiness the allOf.
+            for at, b in [*((f"{where}/allOf/{i}", b) for i, b in enumerate(branches)),
+                          *([(f"{where}/if", self.node(condition, f"{where}/if"))] if condition is not None else [])]:
+                merged = self.merge(merged, b, at)
             if merged is False:
                 raise EmptySchemaError(f"JSON schema at '{where}' accepts no value (its allOf branches conflict)")
             n = dict(merged) if isinstance(merged, dict) else {}  # a lone branch is the caller's own dict
@@ -354,6 +363,7 @@ class _Normalizer:
             a, b = self.node(a, where), self.node(b, where)
         for x, y in ((a, b), (b, a)):
             comb = next((k for k in ("anyOf", "oneOf") if k in x), None)
+            rest_first = x is b  # a's properties come first, whichever side holds the branches
             if comb is not None:
                 if any(k in y for k in ("anyOf", "oneOf")):
                     raise UnsupportedFeatureError(f"{comb} combined with another anyOf/oneOf", where)
@@ -362,7 +372,8 @@ class _Normalizer:
                 base = {k: v for k, v in x.items() if k != comb and k not in defs}
                 rest = {k: v for k, v in y.items() if k not in defs}
                 branches = [self.merge(base, br, f"{where}/{comb}/{i}") for i, br in enumerate(x[comb])]
-                branches = [self.merge(br, rest, where) for br in branches if br is not False]
+                branches = [self.merge(rest, br, where) if rest_first else self.merge(br, rest, where)
+                            for br in branches if br is not False]
                 branches = [br for br in branches if br is not False]
                 return {**defs, comb: branches} if branches else False
         out = dict(a)
@@ -575,7 +586,42 @@ def _negate(n: dict, where: str) -> dict:
         return n
     if keys <= {"required", "type"} and isinstance(core.get("required"), list) and core.get("type", "object") == "object":
         return _without_all_of(n, [k for k in core["required"] if isinstance(k, str)], "type" in core, where)
+    if "properties" in keys and keys <= {"properties", "required", "type"} and isinstance(core["properties"], dict) \
+            and isinstance(core.get("required", []), list) and core.get("type", "object") == "object":
+        branches = _unless_properties(core)
+        if not branches:
+            raise EmptySchemaError(f"JSON schema at '{where}' accepts no value: its 'not' schema accepts every value")
+        return {**n, "anyOf": branches}
     raise UnsupportedFeatureError("not: {" + ", ".join(core) + "}", where)
+
+
+_CONDITIONAL = frozenset({"if", "then", "else"})
+
+
+def _conditional(n: dict, draft_7: bool) -> Any:
+    """``if``/``then``/``else`` taken out of a node, as the allOf part ``anyOf: [{allOf: [if, then]}, {allOf: [{not: if},
+    else]}]`` (None: no constraint): its branches are disjoint, so the anyOf is exact (``not`` refuses the conditions
+    it cannot negate). ``then`` or ``else`` without ``if``, and all three before draft 7, constrain nothing."""
+    cond = n.pop("if", None)
+    then, otherwise = n.pop("then", True), n.pop("else", True)
+    if cond is None or (then is True and otherwise is True) or not draft_7:
+        return None
+    if cond is True or cond is False:
+        return then if cond is True else otherwise
+    return {"anyOf": [{"allOf": [cond, then]}, {"allOf": [{"not": cond}, otherwise]}]}
+
+
+def _unless_properties(core: dict) -> list[dict]:
+    """``not: {properties, required}`` as anyOf branches: an object that lacks a required name, or has a member whose
+    value its schema rejects; with ``type: object`` in the ``not``, any other value too (``properties`` and ``required``
+    hold for every non-object)."""
+    branches: list[dict] = [{"type": "object", "not": {"required": [name]}}
+                            for name in dict.fromkeys(core.get("required", [])) if isinstance(name, str)]
+    branches += [{"type": "object", "required": [name], "properties": {name: {"not": schema}}}
+                 for name, schema in core["properties"].items() if schema is not True]
+    if "type" in core:
+        branches.append({"type": [t for t in _ALL_TYPES if t != "object"]})
+    return branches
 
 
 def _types_of(n: dict) -> list[str]:
