@@ -21,7 +21,7 @@ from typing import NamedTuple
 from interegular.fsm import FSM, Alphabet, anything_else
 
 from tagjit.build.ebnf import complement
-from tagjit.build.numbers import MAX_STATES
+from tagjit.build.numbers import MAX_STATES, explore
 from tagjit.build.patterns import (_BOS, _EOS, _SENTINELS, PRECOMPUTED_STATES, Lengths, PatternProblem, _fsm,
                                    spelling_parts, spellings)
 
@@ -181,18 +181,7 @@ def _product(leaves: tuple[str, ...]) -> _Product:
                      for f, s in zip(fsms, state))
 
     start = tuple(None if f is None else f.map.get(f.initial, {}).get(f.alphabet[_BOS]) for f in fsms)
-    index, order, edges = {start: 0}, [start], []
-    for state in order:
-        out = {}
-        for k in classes:
-            nxt = step(state, k)
-            if nxt not in index:
-                if len(order) >= MAX_STATES:
-                    raise PatternProblem(_TOO_MANY)
-                index[nxt] = len(order)
-                order.append(nxt)
-            out[k] = index[nxt]
-        edges.append(out)
+    edges, order = explore(start, lambda state: ((k, step(state, k)) for k in classes), PatternProblem(_TOO_MANY))
     return _Product(leaves, edges, [accepts(s) for s in order], classes)
 
 

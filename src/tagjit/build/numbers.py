@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Callable, Hashable, NamedTuple
+from typing import Any, Callable, Hashable, Iterable, NamedTuple
 
 # Every rule of a multipleOf automaton is named with this prefix (``printed.bound_numbers`` looks for it).
 RULE_PREFIX = "tagjit_num_"
@@ -185,24 +185,31 @@ class TooLarge(Exception):
     """The automaton would have more states than tagjit writes."""
 
 
-def _explore(start: Hashable, step: Callable[[Any, str], Any], accepts: Callable[[Any], bool]
-             ) -> tuple[list[dict[str, int]], list[bool]]:
+def explore(start: Hashable, moves: Callable[[Any], Iterable[tuple[Any, Any]]], too_large: Exception
+            ) -> tuple[list[dict[Any, int]], list[Any]]:
+    """The states reachable from ``start``, in the order met, and each one's moves (key -> state number; a move to
+    None is none); raises ``too_large`` past ``MAX_STATES`` states."""
     index = {start: 0}
     order = [start]
-    edges: list[dict[str, int]] = []
+    edges: list[dict[Any, int]] = []
     for state in order:
-        out: dict[str, int] = {}
-        for ch in _ALPHABET:
-            nxt = step(state, ch)
+        out: dict[Any, int] = {}
+        for key, nxt in moves(state):
             if nxt is None:
                 continue
             if nxt not in index:
                 if len(order) >= MAX_STATES:
-                    raise TooLarge
+                    raise too_large
                 index[nxt] = len(order)
                 order.append(nxt)
-            out[ch] = index[nxt]
+            out[key] = index[nxt]
         edges.append(out)
+    return edges, order
+
+
+def _explore(start: Hashable, step: Callable[[Any, str], Any], accepts: Callable[[Any], bool]
+             ) -> tuple[list[dict[str, int]], list[bool]]:
+    edges, order = explore(start, lambda state: ((ch, step(state, ch)) for ch in _ALPHABET), TooLarge())
     return edges, [accepts(s) for s in order]
 
 

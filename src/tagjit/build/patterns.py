@@ -25,7 +25,7 @@ import interegular
 from interegular.fsm import anything_else
 
 from tagjit.build.ebnf import class_char, complement
-from tagjit.build.numbers import MAX_STATES, minimise
+from tagjit.build.numbers import MAX_STATES, explore, minimise
 from tagjit.build.strings import RAW_FORBIDDEN, SHORT_ESCAPES
 from tagjit.errors import EmptySchemaError
 
@@ -301,21 +301,8 @@ def _fsm_lengths(fsm, lo: int, hi: int | None) -> Lengths:
     if first is None:
         return Lengths([], [], classes)
     # The pattern's own automaton over the text between the sentinels, minimised before the lengths multiply it.
-    index = {first: 0}
-    order = [first]
-    base: list[dict[int, int]] = []
-    for s in order:
-        out: dict[int, int] = {}
-        for key, t in fsm.map.get(s, {}).items():
-            if key not in classes:
-                continue
-            if t not in index:
-                if len(order) >= MAX_STATES:
-                    raise PatternProblem(_TOO_MANY)
-                index[t] = len(order)
-                order.append(t)
-            out[key] = index[t]
-        base.append(out)
+    base, order = explore(first, lambda s: ((key, t) for key, t in fsm.map.get(s, {}).items() if key in classes),
+                          PatternProblem(_TOO_MANY))
     base, base_final = minimise(base, [fsm.map.get(s, {}).get(k_eos) in fsm.finals for s in order])
     if not base:
         return Lengths([], [], classes)
