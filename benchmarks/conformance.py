@@ -227,13 +227,15 @@ def byte_vocabulary() -> tuple[Any, int, Callable[[str], list[int]]]:
     return outlines_core.Vocabulary(256, {bytes([b]): [b] for b in range(256)}), 257, lambda text: list(text.encode())
 
 
-def _index_child(regex: str, vocabulary: Any, out: Any, memory_bytes: int) -> None:
-    """In a forked child: build the Index under an address-space limit; send (index, ms) or an error line."""
+def _index_child(source: str, vocabulary: Any, out: Any, memory_bytes: int, schema: bool) -> None:
+    """In a forked child: build the Index (of a regex, or of a schema's regex) under an address-space limit; send
+    ("ok", index, regex ms, index ms), ("refused", outlines' reason, 0, 0) or ("error", its first line, 0, 0)."""
     import faulthandler
     import pickle
     import resource
 
     import outlines_core
+    from outlines_core.json_schema import build_regex_from_schema
 
     # Past its limit the Rust allocator aborts this child, which the parent reports as MemoryError; a faulthandler
     # inherited from the parent (pytest's) would print the child's stack as if the parent had crashed.
@@ -242,39 +244,62 @@ def _index_child(regex: str, vocabulary: Any, out: Any, memory_bytes: int) -> No
     with open("/proc/self/statm") as f:
         in_use = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
     resource.setrlimit(resource.RLIMIT_AS, (in_use + memory_bytes, in_use + memory_bytes))
+    regex, regex_ms = source, 0.0
+    if schema:  # outlines-core's regex of some schemas alone takes gigabytes (Github_medium---o33692: 3.9 GB)
+        t0 = time.perf_counter()
+        try:
+            regex = build_regex_from_schema(source)
+        except Exception as e:  # noqa: BLE001 - outlines-core raises ValueError/TypeError/...: its refusals
+            out.send_bytes(pickle.dumps(("refused", outlines_reason(e), 0.0, 0.0)))
+            return
+        regex_ms = (time.perf_counter() - t0) * 1000
     try:
         t0 = time.perf_counter()
         index = outlines_core.Index(regex, vocabulary)
         ms = (time.perf_counter() - t0) * 1000
-        out.send_bytes(pickle.dumps((True, index, ms)))
+        out.send_bytes(pickle.dumps(("ok", index, regex_ms, ms)))
     except Exception as e:  # noqa: BLE001 - handed to the parent
-        out.send_bytes(pickle.dumps((False, _first_line(e), 0.0)))
+        out.send_bytes(pickle.dumps(("error", _first_line(e), 0.0, 0.0)))
 
 
 def build_index(regex: str, vocabulary: Any, timeout_s: float, memory_bytes: int) -> tuple[Any, float]:
     """outlines-core's Index and its build ms, built in a forked child killed past ``timeout_s`` or its memory."""
+    index, _, ms = _in_child(regex, vocabulary, timeout_s, memory_bytes, schema=False)
+    return index, ms
+
+
+def build_schema_index(schema_text: str, vocabulary: Any, timeout_s: float, memory_bytes: int
+                       ) -> tuple[Any, float, float]:
+    """outlines-core's Index of a JSON schema, its regex ms and index ms, all built in a child as ``build_index``."""
+    return _in_child(schema_text, vocabulary, timeout_s, memory_bytes, schema=True)
+
+
+def _in_child(source: str, vocabulary: Any, timeout_s: float, memory_bytes: int, schema: bool
+              ) -> tuple[Any, float, float]:
     import multiprocessing
     import pickle
 
     ctx = multiprocessing.get_context("fork")
     receive, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_index_child, args=(regex, vocabulary, send, memory_bytes), daemon=True)
+    child = ctx.Process(target=_index_child, args=(source, vocabulary, send, memory_bytes, schema), daemon=True)
     child.start()
     send.close()
     try:
         if not receive.poll(timeout_s):
             raise TimeoutError(f"index did not compile within {timeout_s:g} s")
         try:
-            ok, value, ms = pickle.loads(receive.recv_bytes())
+            status, value, regex_ms, ms = pickle.loads(receive.recv_bytes())
         except EOFError:
             raise MemoryError(f"index build died (over {memory_bytes >> 30} GiB?)") from None
     finally:
         child.kill()
         child.join()
         receive.close()
-    if not ok:
+    if status == "refused":
+        raise Refused(value)
+    if status != "ok":
         raise RuntimeError(value)
-    return value, ms
+    return value, regex_ms, ms
 
 
 def outlines_reason(e: BaseException) -> str:
@@ -288,19 +313,12 @@ def outlines_backend(tokenizer_dir: str, vocab: str, timeout_s: float, memory_gi
     """outlines-core: JSON Schema -> regex -> token Index; a Guide per request, masks by ``write_mask_into``."""
     import outlines_core
     import torch
-    from outlines_core.json_schema import build_regex_from_schema
-
     vocabulary, size, encode = outlines_vocabulary(tokenizer_dir) if vocab == "real" else byte_vocabulary()
     bitmask = torch.zeros((size + 31) // 32, dtype=torch.int32)  # the row length outlines-core checks
 
     def compile_(schema: Any) -> Grammar:
-        t0 = time.perf_counter()
-        try:
-            regex = build_regex_from_schema(json.dumps(schema))
-        except Exception as e:  # noqa: BLE001 - outlines-core raises ValueError/TypeError/...: its refusals
-            raise Refused(outlines_reason(e)) from None
-        regex_ms = (time.perf_counter() - t0) * 1000
-        index, index_ms = build_index(regex, vocabulary, timeout_s, int(memory_gib * (1 << 30)))
+        index, regex_ms, index_ms = build_schema_index(json.dumps(schema), vocabulary, timeout_s,
+                                                       int(memory_gib * (1 << 30)))
 
         def check(text: str) -> bool:
             state = index.get_initial_state()
