@@ -295,6 +295,32 @@ def test_a_condition_accepts_an_object_iff_jsonschema_validates_it(service, kind
     assert accepts(service, SHAPE, text) == valid(SHAPE, text)
 
 
+TWO_CONDITIONS = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"},
+                                                   "c": {"type": "integer"}},
+                  "allOf": [{"if": {"properties": {"a": {"const": "x"}}}, "then": {"required": ["b"]}},
+                            {"if": {"properties": {"a": {"const": "y"}}}, "then": {"required": ["c"]}}]}
+
+
+@given(a=st.sampled_from([None, "x", "y", "z"]), members=st.sets(st.sampled_from(["b", "c"])))
+@UNTIMED
+def test_two_conditions_under_allof_accept_an_object_iff_jsonschema_validates_it(service, a, members):
+    value = {**({} if a is None else {"a": a}), **{m: 1 for m in ["b", "c"] if m in members}}
+    assert accepts(service, TWO_CONDITIONS, json.dumps(value)) == valid(TWO_CONDITIONS, json.dumps(value))
+
+
+def test_two_anyofs_under_allof_take_the_values_both_accept(service):
+    schema = {"allOf": [{"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 2}]},
+                        {"anyOf": [{"minimum": 3}, {"type": "string", "minLength": 2}]}]}
+    texts = ["3", "2", '"ab"', '"a"', '"abc"', "true"]  # "a" passes minimum (numbers only) and maxLength
+    assert [t for t in texts if accepts(service, schema, t)] == ["3", '"ab"', '"a"']
+    assert [t for t in texts if valid(schema, t)] == ["3", '"ab"', '"a"']
+
+
+def test_a_name_one_allof_part_forbids_is_forbidden_in_the_merged_object(service):
+    schema = {"allOf": [{"type": "object", "properties": {"a": False}}, {"properties": {"b": {"type": "integer"}}}]}
+    assert accepts(service, schema, '{"b": 1}') and not accepts(service, schema, '{"a": 1, "b": 1}')
+
+
 def test_a_real_schema_with_if_then_else_judges_its_instances_as_the_file_does(service):
     case = maskbench("Github_easy---o4834.json")  # then/else: which names are required, by the value of "c"
     for t in case["tests"]:

@@ -359,8 +359,10 @@ class _Normalizer:
         a, b = self._inline(a, where), self._inline(b, where)
         if a is False or b is False:
             return False
-        if "allOf" in a or "allOf" in b:
-            a, b = self.node(a, where), self.node(b, where)
+        if "allOf" in a or "allOf" in b or not _CONDITIONAL.isdisjoint(a) or not _CONDITIONAL.isdisjoint(b):
+            a, b = self.node(a, where), self.node(b, where)  # an if becomes an anyOf, merged below
+        if isinstance(a.get("anyOf"), list) and isinstance(b.get("anyOf"), list):
+            return self._merge_any_ofs(a, b, where)
         for x, y in ((a, b), (b, a)):
             comb = next((k for k in ("anyOf", "oneOf") if k in x), None)
             rest_first = x is b  # a's properties come first, whichever side holds the branches
@@ -413,6 +415,8 @@ class _Normalizer:
             return both or False
         if k == "const":
             return False
+        if k == "not" and _enum_only(va) and _enum_only(vb):  # not A and not B = not (A or B)
+            return {"enum": [*va["enum"], *(v for v in vb["enum"] if not any(_json_equal(v, x) for x in va["enum"]))]}
         if k in ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties") \
                 and _number(va) and _number(vb):
             return max(va, vb)
@@ -424,6 +428,23 @@ class _Normalizer:
         if k not in KNOWN_KEYWORDS and not k.startswith("x-tagjit"):  # an annotation: either value will do
             return va
         raise UnsupportedFeatureError(f"combining two different {k!r} values (allOf, or anyOf/oneOf siblings)", where)
+
+    def _merge_any_ofs(self, a: dict, b: dict, where: str) -> Any:
+        """``allOf: [a, b]`` where both have an anyOf: one branch per pair of branches (exact: both must hold), the
+        pairs that accept nothing left out, a's members first."""
+        if "oneOf" in a or "oneOf" in b:
+            raise UnsupportedFeatureError("anyOf combined with another anyOf/oneOf", where)
+        if len(a["anyOf"]) * len(b["anyOf"]) > MAX_ANY_OF_PRODUCT:
+            raise UnsupportedFeatureError(f"anyOf combined with another anyOf (more than {MAX_ANY_OF_PRODUCT} "
+                                          "branches together)", where)
+        defs = {k: v for k, v in (*a.items(), *b.items()) if k in _DEFINITIONS}
+        sides = []
+        for n in (a, b):
+            base = {k: v for k, v in n.items() if k != "anyOf" and k not in defs}
+            sides.append([m for i, br in enumerate(n["anyOf"])
+                          if (m := self.merge(base, br, f"{where}/anyOf/{i}")) is not False])
+        branches = [m for left in sides[0] for right in sides[1] if (m := self.merge(left, right, where)) is not False]
+        return {**defs, "anyOf": branches} if branches else False
 
     def _merge_object(self, a: dict, b: dict, where: str) -> Any:
         if "patternProperties" in a or "patternProperties" in b:
@@ -438,8 +459,10 @@ class _Normalizer:
             if merged is False:
                 if name in required:
                     return False
-                if extra is not False:
+                if extra is not False and ("additionalProperties" in a or "additionalProperties" in b):
                     raise UnsupportedFeatureError(f"property {name!r} forbidden by one allOf/anyOf part only", where)
+                if extra is not False:  # normalising the merged node forbids it (as it does an optional false)
+                    props[name] = False
                 continue
             props[name] = merged
         out: dict = {}
@@ -477,7 +500,13 @@ class _Normalizer:
 
 
 _DEFINITIONS = ("$defs", "definitions")
+# Most branches two anyOfs merged under allOf may make (one per pair): past it the grammar grows faster than it helps.
+MAX_ANY_OF_PRODUCT = 64
 _OBJECT_SHAPE = ("properties", "additionalProperties", "required", "patternProperties")
+
+
+def _enum_only(n: Any) -> bool:
+    return isinstance(n, dict) and set(n) == {"enum"} and isinstance(n["enum"], list)
 
 
 def _has_object_shape(n: dict) -> bool:
