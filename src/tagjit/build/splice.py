@@ -45,6 +45,7 @@ class Lifted:
         self.nonce = uuid.uuid4().hex[:12]
         self.json_style = json_style
         self.rules: dict[str, tuple[str, list[str]]] = {}  # placeholder -> (rule name, rules)
+        self.key_states = 0  # states of the property-name automata whose masks xgrammar precomputes
 
     def _placeholder(self, prefix: str, rules: Any) -> str:
         """A new placeholder constant for the rules ``rules(name)`` under a fresh rule name."""
@@ -171,9 +172,9 @@ class Lifted:
                 continue
             expr = key_expr(key)
             # Keys' masks are precomputed while their states fit one budget for the whole grammar.
-            states = getattr(self, "key_states", 0) + key_states(expr)
-            precomputed = states <= PRECOMPUTED_KEY_STATES
-            self.key_states = states if precomputed else getattr(self, "key_states", 0)
+            precomputed = self.key_states + key_states(expr) <= PRECOMPUTED_KEY_STATES
+            if precomputed:
+                self.key_states += key_states(expr)
             renamed[self._placeholder(KEY_PREFIX, lambda name: key_rules(expr, name, precomputed))] = schema
         return {**n, "patternProperties": renamed}
 
