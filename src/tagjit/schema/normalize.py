@@ -204,13 +204,7 @@ class _Normalizer:
         for name, child in n["properties"].items():
             at = f"{where}/properties/{name}"
             try:
-                if child is False:
-                    raise EmptySchemaError(f"JSON schema at '{at}' is false: it accepts no value")
-                value = self.node(child, at)
-                if self.accepts_nothing(value, at):
-                    raise EmptySchemaError(f"JSON schema at '{at}' accepts no value: its $ref {value['$ref']!r} "
-                                           "accepts none")
-                out[name] = value
+                out[name] = self.member(child, at)
             except EmptySchemaError as e:
                 if name in required:
                     raise EmptySchemaError(f"{e}; it is required at '{where}', so no object satisfies it") from None
@@ -226,6 +220,15 @@ class _Normalizer:
                     out.setdefault(k, {})
             n["additionalProperties"] = False  # a left-out name must not come back as an extra key
         return out
+
+    def member(self, schema: Any, at: str) -> Any:
+        """A member's schema, normalised; EmptySchemaError if it accepts no value (false, or a $ref to such a one)."""
+        if schema is False:
+            raise EmptySchemaError(f"JSON schema at '{at}' is false: it accepts no value")
+        value = self.node(schema, at)
+        if self.accepts_nothing(value, at):
+            raise EmptySchemaError(f"JSON schema at '{at}' accepts no value: its $ref {value['$ref']!r} accepts none")
+        return value
 
     def _distribute(self, n: dict, comb: str, where: str) -> dict:
         siblings = {k: v for k, v in n.items() if k not in PASSIVE and k != comb}

@@ -43,7 +43,7 @@ class Normalizer(Protocol):
 
     def merge(self, a: Any, b: Any, where: str) -> Any: ...
 
-    def accepts_nothing(self, n: Any, where: str) -> bool: ...
+    def member(self, schema: Any, at: str) -> Any: ...
 
 
 def wants_exact_keys(n: dict) -> bool:
@@ -102,10 +102,7 @@ def _declared(norm: Normalizer, names: list[str], props: dict, entries: list, ex
             if value is False:
                 raise EmptySchemaError(f"JSON schema at '{at}' accepts no value" + (
                     "" if name in props or matched else f": additionalProperties is false at '{where}'"))
-            value = norm.node(value, at)
-            if norm.accepts_nothing(value, at):
-                raise EmptySchemaError(f"JSON schema at '{at}' accepts no value: its $ref {value['$ref']!r} accepts none")
-            out[name] = value
+            out[name] = norm.member(value, at)
         except EmptySchemaError as e:
             if name in required:
                 raise EmptySchemaError(f"{e}; it is required at '{where}', so no object satisfies it") from None
@@ -125,9 +122,7 @@ def _languages(norm: Normalizer, names: list[str], entries: list, extra: Any, wh
         at = f"{where}/patternProperties/{entries[members[0]][0]}" if members else f"{where}/additionalProperties"
         value = _merged(norm, [entries[i][2] for i in members] if members else [extra], at)
         try:
-            value = norm.node(value, at) if value is not False else False
-            if norm.accepts_nothing(value, at):
-                value = False
+            value = norm.member(value, at)
         except EmptySchemaError:
             value = False
         if value is False:  # no member of this language: left out, additionalProperties false forbids it
