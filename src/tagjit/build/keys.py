@@ -131,7 +131,7 @@ def _names_fsm(names: list[str]) -> FSM:
 def _leaves(e: dict, out: dict[str, None]) -> dict[str, None]:
     """The leaves (patterns, name lists) of an expression, as JSON, added to ``out`` in order."""
     if "pattern" in e or "names" in e:
-        out[json.dumps(e, sort_keys=True)] = None
+        out[json.dumps(e)] = None
     elif "not" in e:
         _leaves(e["not"], out)
     else:
@@ -143,7 +143,7 @@ def _leaves(e: dict, out: dict[str, None]) -> dict[str, None]:
 def _holds(e: dict, vector: tuple[bool, ...], index: dict[str, int]) -> bool:
     """Whether ``e`` holds of a name whose leaves' verdicts are ``vector`` (``index``: a leaf's place in it)."""
     if "pattern" in e or "names" in e:
-        return vector[index[json.dumps(e, sort_keys=True)]]
+        return vector[index[json.dumps(e)]]
     if "not" in e:
         return not _holds(e["not"], vector, index)
     if "all" in e:
@@ -215,7 +215,7 @@ def _product_of(exprs: list[dict]) -> tuple[_Product, dict[str, int]]:
 
 def check_expr(expr: dict) -> None:
     """Raise PatternProblem where tagjit cannot build ``expr``'s automaton (a pattern it cannot read, too large)."""
-    _language(json.dumps(expr, sort_keys=True))
+    _language(json.dumps(expr))
 
 
 def matches(expr: dict, name: str) -> bool:
@@ -351,7 +351,7 @@ def refusal(e: PatternProblem) -> str:
 
 def key_states(expr: dict) -> int:
     """The states of ``expr``'s minimal automaton (what precomputing its masks costs, see ``key_rules``)."""
-    return len(_language(json.dumps(expr, sort_keys=True)).edges)
+    return len(_language(json.dumps(expr)).edges)
 
 
 def key_rules(expr: dict, name: str, precomputed: bool = True) -> list[str]:
@@ -364,7 +364,7 @@ def key_rules(expr: dict, name: str, precomputed: bool = True) -> list[str]:
     vocabulary, inline 1 ms), at the cost of a vocabulary-wide pass per state when the grammar compiles (50-90 ms
     with Qwen2's; ``PRECOMPUTED_KEY_STATES`` bounds them). Otherwise a rule per step: compiled at once, masks left to
     the parser. One alternative per target state, not per class: most classes of a name automaton lead to one state."""
-    a = _language(json.dumps(expr, sort_keys=True))
+    a = _language(json.dumps(expr))
     shared: dict[str, str] = {}  # rule name -> body: named by content, so one grammar's keys share them
     inline = precomputed and len(a.edges) <= PRECOMPUTED_STATES
     rules = [f"{name} ::= {name}_0"]
