@@ -230,17 +230,28 @@ def test_more_combinations_than_the_bound_are_refused_by_name(service):
                                        "names present"
 
 
-def test_an_object_open_to_undeclared_names_is_refused_by_name(service):
-    schema = {**ADDRESS, "additionalProperties": True, "dependentRequired": {"street": ["city"]}}
-    assert refused(service, schema).startswith("dependentRequired on an object open to undeclared names")
+# -- objects open to undeclared names ----------------------------------------------------------------
+
+# Triggers of each kind: a declared name, one its pattern takes, one additionalProperties takes.
+OPEN = {**ADDRESS, "patternProperties": {"^x-": {"type": "boolean"}}, "additionalProperties": {"type": "integer"},
+        "dependentRequired": {"street": ["city"], "x-flag": ["zip"], "extra": ["note"]}}
 
 
-def test_with_strict_mode_off_only_an_object_closed_by_its_schema_is_enforced(llama3_info):
-    lenient = CompileService(llama3_info, replace(UNHURRIED, strict_mode=False))
+@pytest.mark.parametrize("text, ok", [
+    ('{"street": "a", "city": "b", "other": 1}', True), ('{"street": "a", "other": 1}', False),
+    ('{"zip": "1", "x-flag": true}', True), ('{"x-flag": true}', False), ('{"x-other": true}', True),
+    ('{"note": "n", "extra": 1}', True), ('{"extra": 1}', False), ('{"other": 1}', True), ('{"other": "s"}', False)])
+def test_on_an_open_object_an_absent_trigger_is_forbidden_and_other_undeclared_names_stay_free(service, text, ok):
+    assert validator(OPEN).is_valid(json.loads(text)) is ok
+    assert accepts(service, OPEN, text) is ok
+
+
+def test_with_strict_mode_off_an_object_that_says_nothing_of_undeclared_names_takes_any_beside_a_dependency(
+        lenient):
     schema = {**ADDRESS, "dependentRequired": {"street": ["city"]}}
-    assert refused(lenient, schema).startswith("dependentRequired on an object open to undeclared names")
-    closed = {**schema, "additionalProperties": False}
-    assert accepts(lenient, closed, '{"street": "a", "city": "b"}') and not accepts(lenient, closed, '{"street": "a"}')
+    assert accepts(lenient, schema, '{"street": "a", "city": "b", "other": [1]}')
+    assert accepts(lenient, schema, '{"other": {"street": 1}}')
+    assert not accepts(lenient, schema, '{"street": "a", "other": [1]}')
 
 
 def test_a_dependent_schema_the_merge_cannot_say_is_refused_naming_it(service):
@@ -320,6 +331,22 @@ GENERATED = [
 ]
 
 
+@pytest.fixture(scope="module")
+def lenient(llama3_info) -> CompileService:
+    return CompileService(llama3_info, replace(UNHURRIED, strict_mode=False))
+
+
+# Objects open to undeclared names, enforced with strict mode off (as JSON Schema reads them).
+GENERATED_OPEN = [
+    {"$schema": DRAFT7, "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+     "dependencies": {"a": ["b"], "x-c": ["a"], "d": {"properties": {"b": {"maxLength": 1}}}}},
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+     "patternProperties": {"^x-": {"type": "boolean"}}, "additionalProperties": {"type": ["integer", "string"]},
+     "dependentRequired": {"x-c": ["b"], "d": ["a"]}, "dependentSchemas": {"b": {"required": ["d"]}}},
+]
+UNDECLARED = ["x-c", "d", "x-e", "f"]
+
+
 def validator(schema: dict) -> Any:
     return jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)(schema)
 
@@ -369,6 +396,18 @@ def test_removing_a_name_a_present_trigger_requires_is_rejected(service, schema,
     mutated = {k: v for k, v in value.items() if k != name}
     assert not validator(schema).is_valid(mutated)
     assert not accepts(service, schema, json.dumps(mutated))
+
+
+@pytest.mark.parametrize("schema", GENERATED_OPEN, ids=range(len(GENERATED_OPEN)))
+@UNTIMED
+@given(data=st.data())
+def test_an_open_object_is_accepted_iff_jsonschema_validates_it(lenient, schema, data):
+    """Declared names first, in declared order, then the undeclared ones, triggers first (a branch in which a trigger
+    is present declares it after the object's names, as tagjit generates it)."""
+    names = [*schema["properties"], *UNDECLARED]
+    value = data.draw(st.fixed_dictionaries({}, optional={n: VALUE for n in names}).map(
+        lambda d: {n: d[n] for n in names if n in d}))
+    assert accepts(lenient, schema, json.dumps(value)) == validator(schema).is_valid(value)
 
 
 # -- real schemas ----------------------------------------------------------------------------------

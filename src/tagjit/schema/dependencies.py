@@ -4,14 +4,13 @@ A dependency holds for objects only: if the object has the trigger name, it has 
 validates against its schema. xgrammar reads none of these keywords, so a node with them becomes an ``anyOf`` with
 one branch per set of trigger names that can be present together: the branch requires those names and every name
 their dependencies require, takes their dependent schemas (``normalize``'s allOf merge), and forbids the other trigger
-names (left out of ``properties``, ``additionalProperties: false``). Sets that contradict themselves (a present name
-requires an absent one) are never built, so mutual dependencies give two branches, not four. Values of other types
-keep a branch of their own where the node allows them. The branches are disjoint: each says which triggers are
-present.
+names (``pattern_properties.without_names``: left out of a closed object's ``properties``; on an object open to
+undeclared names, taken out of the key languages of its patterns and of ``additionalProperties``). Sets that
+contradict themselves (a present name requires an absent one) are never built, so mutual dependencies give two
+branches, not four. Values of other types keep a branch of their own where the node allows them. The branches are
+disjoint: each says which triggers are present.
 
-Forbidding a name is exact only on an object closed to undeclared names (``additionalProperties: false``, or absent
-under xgrammar's strict mode on an object that declares names); elsewhere a dependency on a name the object may lack
-is refused by name, as is one with more than ``MAX_BRANCHES`` branches or a dependent schema the merge cannot say.
+More than ``MAX_BRANCHES`` branches, or a dependent schema the merge cannot say, are refused by name.
 """
 
 from __future__ import annotations
@@ -19,8 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from tagjit.build.keys import key_expr, matches
+from tagjit.build.patterns import PatternProblem
 from tagjit.errors import EmptySchemaError, UnsupportedFeatureError
 from tagjit.schema.keywords import PASSIVE, TYPE_KEYWORDS, subschemas
+from tagjit.schema.pattern_properties import without_names
 
 KEYWORDS = ("dependencies", "dependentRequired", "dependentSchemas")
 DEPENDENCY_KEYWORDS = frozenset(KEYWORDS)
@@ -120,7 +122,7 @@ class _Expansion:
         # their names in order, as the any-order filter cannot tell them apart).
         self.top = {k: v for k, v in rest.items() if k in PASSIVE}
         self.core = {k: v for k, v in rest.items() if k not in PASSIVE}
-        self.where, self.merge, self.keyword, self.own = where, merge, keyword, own
+        self.where, self.strict, self.merge, self.keyword, self.own = where, strict, merge, keyword, own
         props = self.core.get("properties")
         self.props: dict = props if isinstance(props, dict) else {}
         required = self.core.get("required")
@@ -133,11 +135,6 @@ class _Expansion:
     def node(self) -> dict:
         always = self._always_present()
         optional = [name for name in self.triggers if name not in always]
-        if optional and not self.closed:
-            raise UnsupportedFeatureError(
-                f"{self.keyword} on an object open to undeclared names (tagjit forbids a trigger name only where "
-                "additionalProperties is false, or absent in strict mode on an object that declares names)",
-                self.where)
         branches: list[Any] = []
         for present, absent in self._combinations(always, optional):
             b = self._branch(present, absent)
@@ -197,6 +194,9 @@ class _Expansion:
         """Whether no object of the node can have the name (nothing lets it in)."""
         if name in self.props:
             return self.props[name] is False
+        patterns = self.core.get("patternProperties")
+        if isinstance(patterns, dict) and any(_matches(key, name) for key in patterns):
+            return False
         return self.core.get("additionalProperties") is False
 
     def _admitted(self, present: list[str], required: set[str]) -> bool:
@@ -241,20 +241,13 @@ class _Expansion:
         if comb is not None:
             parts = [p for p in (self._forbid(x, absent) for x in b[comb]) if p is not False]
             return {**b, comb: parts} if parts else False
-        extra = b.get("additionalProperties", b.get("unevaluatedProperties", _MISSING))
-        if extra is not _MISSING and extra is not False or "patternProperties" in b:
-            raise UnsupportedFeatureError(f"{self.keyword} whose dependent schema lets in undeclared names where a "
-                                          "trigger name must be absent", self.where)
+        if b.get("unevaluatedProperties", True) is not True:
+            raise UnsupportedFeatureError(f"{self.keyword} whose object sets unevaluatedProperties where a trigger "
+                                          "name must be absent", self.where)
         required = b.get("required") if isinstance(b.get("required"), list) else []
         if any(name in absent for name in required):
             return False
-        props = dict(b.get("properties") or {})
-        if extra is _MISSING:  # the names it requires but does not declare stay allowed
-            for k in required:
-                props.setdefault(k, {})
-        for name in absent:
-            props.pop(name, None)
-        return {**b, "properties": props, "additionalProperties": False}
+        return without_names(b, [name for name in self.triggers if name in absent], self.strict)
 
     def _other_types(self, others: list[str]) -> dict:
         out = {k: v for k, v in self.core.items() if k not in TYPE_KEYWORDS["object"]}
@@ -276,6 +269,14 @@ def _in_order(b: Any, names: list[str]) -> Any:
     ordered = {k: props[k] for k in names if k in props}
     ordered.update((k, v) for k, v in props.items() if k not in ordered)
     return {**b, "properties": ordered}
+
+
+def _matches(key: str, name: str) -> bool:
+    """Whether a patternProperties key admits the name (a pattern tagjit cannot read is taken to admit it)."""
+    try:
+        return matches(key_expr(key), name)
+    except PatternProblem:
+        return True
 
 
 def _closed(core: dict, strict: bool) -> bool:

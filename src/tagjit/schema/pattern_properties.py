@@ -176,6 +176,31 @@ def merge_pattern_objects(norm: Normalizer, a: dict, b: dict, where: str) -> Any
     return out
 
 
+def without_names(n: dict, names: list[str], strict: bool) -> dict:
+    """Object node ``n`` (not yet normalised) with no member named in ``names``; the caller has checked that ``n``
+    requires none of them. A closed object leaves them out of ``properties``; one open to undeclared names keeps its
+    other names as they were through key languages: each pattern without ``names``, and a pattern for the names
+    ``additionalProperties`` took, without ``names``."""
+    props = dict(n.get("properties") or {})
+    required = [k for k in n["required"] if isinstance(k, str)] if isinstance(n.get("required"), list) else []
+    extra = n.get("additionalProperties", False if strict and ("properties" in n or required or
+                                                               "patternProperties" in n) else True)
+    patterns = n.get("patternProperties") if isinstance(n.get("patternProperties"), dict) else {}
+    for name in names:
+        props.pop(name, None)
+    if extra is False and not patterns:
+        if "additionalProperties" not in n:  # strict mode lets in the names an object requires but does not declare
+            for k in required:
+                props.setdefault(k, {})
+        return {**n, "properties": props, "additionalProperties": False}
+    gone = negate({"names": list(names)})
+    keyed = {key_text(all_of([key_expr(k), gone])): v for k, v in patterns.items()}
+    if extra is not False:
+        rest = key_text(all_of([negate({"names": [*props, *names]}), *(negate(key_expr(k)) for k in patterns)]))
+        keyed[rest] = extra
+    return {**n, "properties": props, "patternProperties": keyed, "additionalProperties": False}
+
+
 def pattern_keys_problem(pattern_props: dict) -> str | None:
     """Why tagjit cannot write the keys of a normalised node's patternProperties, or None."""
     for key in pattern_props:
@@ -192,4 +217,5 @@ def _pattern_props(n: dict) -> dict:
     return p if isinstance(p, dict) else {}
 
 
-__all__ = ["wants_exact_keys", "exact_pattern_properties", "merge_pattern_objects", "pattern_keys_problem"]
+__all__ = ["wants_exact_keys", "exact_pattern_properties", "merge_pattern_objects", "without_names",
+           "pattern_keys_problem"]
