@@ -191,11 +191,67 @@ def test_one_of_arrays_whose_items_differ_is_still_refused_naming_what_cannot_be
         service.validate(Constraint.of(Kind.JSON, schema))
 
 
-def test_without_strict_mode_a_name_forbidden_by_one_of_closes_the_object_rather_than_loosen_it(llama3_info):
-    lenient = CompileService(llama3_info, UNHURRIED.replace(strict_mode=False))
-    assert accepts(lenient, EITHER, '{"ssn": "1"}')
-    assert not accepts(lenient, EITHER, '{"ssn": "1", "ein": "2"}')
-    assert not accepts(lenient, EITHER, '{"ssn": "1", "other": 2}')  # stricter than oneOf, never looser
+@pytest.fixture(scope="module")
+def lenient(llama3_info) -> CompileService:
+    return CompileService(llama3_info, UNHURRIED.replace(strict_mode=False))
+
+
+def test_without_strict_mode_a_name_forbidden_by_one_of_leaves_the_other_undeclared_names_free(lenient):
+    for text, ok in (('{"ssn": "1"}', True), ('{"ssn": "1", "ein": "2"}', False), ('{"ssn": "1", "other": 2}', True),
+                     ('{"ein": "2", "other": 2}', True), ('{"other": 2}', False)):
+        assert jsonschema.Draft202012Validator(EITHER).is_valid(json.loads(text)) is ok, text
+        assert accepts(lenient, EITHER, text) is ok, text
+
+
+# A name one open branch declares, the other takes as an undeclared name of any value.
+TAGGED = {"oneOf": [{"type": "object", "properties": {"kind": {"const": "a"}}, "required": ["kind"]},
+                    {"type": "object", "properties": {"size": {"type": "string"}}, "required": ["size"]}]}
+
+
+def test_without_strict_mode_open_branches_are_told_apart_by_the_value_of_a_name_only_one_declares(lenient):
+    for text, ok in (('{"kind": "a"}', True), ('{"kind": "a", "size": "s"}', False), ('{"kind": "a", "size": 1}', True),
+                     ('{"size": "s", "kind": "b"}', True), ('{"size": "s"}', True), ('{"size": "s", "other": []}', True)):
+        assert jsonschema.Draft202012Validator(TAGGED).is_valid(json.loads(text)) is ok, text
+        assert accepts(lenient, TAGGED, text) is ok, text
+
+
+def test_without_strict_mode_open_branches_agree_with_jsonschema_on_every_subset_of_names(lenient):
+    """Each object in the order of the branch it is valid under (declared names first), invalid ones in both."""
+    first, second = (jsonschema.Draft202012Validator(b) for b in TAGGED["oneOf"])
+    for order in (["kind", "size", "other"], ["size", "kind", "other"]):
+        branch = first if order[0] == "kind" else second
+        values = objects({n: {"kind": ["a", "b"], "size": ["s", 1], "other": [0]}[n] for n in order})
+        agrees(lenient, TAGGED, [v for v in values if branch.is_valid(v) or not (first.is_valid(v) or
+                                                                                 second.is_valid(v))])
+
+
+def test_open_branches_whose_undeclared_values_one_restricts_are_refused_by_name(lenient):
+    schema = {"oneOf": [{"type": "object", "required": ["a"]},
+                        {"type": "object", "required": ["b"], "additionalProperties": {"type": "string"}}]}
+    with pytest.raises(UnsupportedFeatureError, match="undeclared names whose values one branch restricts"):
+        lenient.validate(Constraint.of(Kind.JSON, schema))
+
+
+SIZES = {"type": "array", "items": {"type": "string"},
+         "oneOf": [{"maxItems": 1}, {"minItems": 1, "items": {"type": "string"}}]}
+
+
+def test_one_of_arrays_told_apart_by_size_takes_the_sizes_one_branch_holds(service):
+    agrees(service, SIZES, [[], ["a"], ["a", "b"], ["a", "b", "c"], [1]])
+    assert accepts(service, SIZES, "[]") and not accepts(service, SIZES, '["a"]')
+
+
+def test_one_of_arrays_whose_items_one_branch_restricts_is_refused_naming_the_items(service):
+    schema = {"type": "array", "oneOf": [{"maxItems": 1}, {"items": {"type": "string"}}]}
+    with pytest.raises(UnsupportedFeatureError, match="arrays whose items differ"):
+        service.validate(Constraint.of(Kind.JSON, schema))
+
+
+def test_a_keyword_no_draft_defines_is_read_as_an_annotation_when_telling_branches_apart(service):
+    schema = {"oneOf": [{"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
+                        {"type": "object", "properties": {"a": {"type": "string"}}, "esriDocumentation": {"x": 1}}]}
+    agrees(service, schema, [{}, {"a": "x"}])
+    assert accepts(service, schema, "{}")
 
 
 def test_property_order_is_kept_in_every_exclusive_piece(service):

@@ -173,11 +173,27 @@ def test_patterns_beside_any_of_apply_in_each_branch(service):
     assert not accepts(service, schema, '{"a": "s", "x-n": "s"}') and not accepts(service, schema, '{"x-n": 1}')
 
 
-def test_one_of_objects_told_apart_by_patterns_stays_refused_naming_them(service):
+def test_one_of_objects_told_apart_by_a_name_a_pattern_admits_stays_refused_naming_why(service):
     schema = {"oneOf": [{"type": "object", "patternProperties": {"^a": {"type": "string"}}},
                         {"type": "object", "properties": {"b": {"type": "string"}}}]}
-    with pytest.raises(UnsupportedFeatureError, match="patternProperties"):
+    with pytest.raises(UnsupportedFeatureError, match="undeclared names whose values one branch restricts"):
         service.validate(Constraint.of(Kind.JSON, schema))
+
+
+def test_one_of_objects_with_patterns_told_apart_by_a_required_name_takes_the_objects_one_branch_holds(service):
+    schema = {"oneOf": [{"type": "object", "patternProperties": {"^a": {"type": "string"}}, "required": ["a1"]},
+                        {"type": "object", "patternProperties": {"^a": {"type": "string"}}, "required": ["a2"]}]}
+    check = jsonschema.Draft202012Validator({**schema, "oneOf": [{**b, "additionalProperties": False}
+                                                                 for b in schema["oneOf"]]})
+    for value in [{}, {"a1": "x"}, {"a2": "x"}, {"a1": "x", "a2": "y"}, {"a1": 1}, {"a1": "x", "a3": "y"}]:
+        assert accepts(service, schema, json.dumps(value)) is check.is_valid(value), value
+
+
+def test_one_of_open_objects_whose_pattern_one_branch_restricts_stays_refused_naming_why(lenient):
+    schema = {"oneOf": [{"type": "object", "patternProperties": {"^a": {"type": "string"}}},
+                        {"type": "object", "properties": {"b": {"type": "string"}}}]}
+    with pytest.raises(UnsupportedFeatureError, match="undeclared names whose values one branch restricts"):
+        lenient.validate(Constraint.of(Kind.JSON, schema))
 
 
 # -- what stays refused -----------------------------------------------------------------------------

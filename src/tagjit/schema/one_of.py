@@ -9,12 +9,15 @@ oneOf is the anyOf of those differences. A difference ``a \\ b`` is written as p
 - strings: ``a`` outside ``b``'s length range, outside its pattern's or format's language, or without the finite
   values ``b`` lists (tagjit's own automaton of ``a`` minus those sets, ``patterns.EXCEPT``);
 - objects: one piece per way an object of ``a`` can fail ``b``: a name ``b`` requires that ``a`` may lack (that name
-  forbidden), a name ``a`` declares whose value ``b`` restricts (that name required, its value the difference of the
-  two schemas) or forbids (that name required).
+  forbidden, ``pattern_properties.without_names``, also on an object open to undeclared names), a name either
+  declares whose value ``b`` restricts (that name required, its value the difference of the two schemas, ``a``'s
+  value of an undeclared name being its pattern's or ``additionalProperties``') or forbids (that name required);
+  the names neither declares must take in ``b`` every value they take in ``a``;
+- arrays: ``a`` outside ``b``'s size range, where every item of ``a`` passes ``b``'s items.
 
 Every piece is a subset of ``a`` and none holds a value of ``b``, so nothing invalid is ever accepted; a difference
-with no such form (arrays whose items differ, extra properties on both sides, automata over 4096 states, ...) is
-refused by name, as the whole ``oneOf`` was before.
+with no such form (arrays whose items differ, undeclared names whose values ``b`` restricts, automata over 4096
+states, ...) is refused by name, as the whole ``oneOf`` was before. Keywords no draft defines are annotations here.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ import json
 import math
 from typing import Any, Callable, Protocol
 
-from tagjit.build.keys import key_expr, matches
+from tagjit.build.keys import all_of, key_expr, matches, negate, partition
 from tagjit.build.patterns import EXCEPT, PatternProblem, string_set_empty, strings_disjoint
 from tagjit.errors import UnsupportedFeatureError
 from tagjit.schema.keywords import PASSIVE
+from tagjit.schema.metaschema import KNOWN_KEYWORDS
+from tagjit.schema.pattern_properties import without_names
 
 # Most pieces one oneOf may become; more are refused by name (each piece is a copy of its branch).
 MAX_PIECES = 64
@@ -34,8 +39,9 @@ MAX_PIECES = 64
 MAX_DEPTH = 6
 
 FAMILIES = ("null", "boolean", "object", "array", "string", "number")
+_ARRAY_KEYS = frozenset({"type", "items", "minItems", "maxItems"})
 _STRING_KEYS = frozenset({"minLength", "maxLength", "pattern", "format", "not"})
-_OBJECT_KEYS = frozenset({"type", "properties", "required", "additionalProperties"})
+_OBJECT_KEYS = frozenset({"type", "properties", "required", "additionalProperties", "patternProperties"})
 _BOUNDS = (("minimum", False, True), ("exclusiveMinimum", True, True), ("maximum", False, False),
            ("exclusiveMaximum", True, False))
 
@@ -145,9 +151,23 @@ def _null(norm: Normalizer, a: dict, b: dict, depth: int) -> list:
 
 
 def _arrays(norm: Normalizer, a: dict, b: dict, depth: int) -> list:
-    if not set(_core(b)) - {"type"}:
-        return []
-    raise _Inexpressible("arrays whose items or sizes differ")
+    core = _core(b)
+    if set(core) - _ARRAY_KEYS:
+        raise _Inexpressible(f"arrays told apart by {sorted(set(core) - _ARRAY_KEYS)[0]}")
+    if "items" in core:  # "some item fails b's" has no schema: a's items must all pass
+        if not isinstance(core["items"], (dict, bool)) or not isinstance(a.get("items", True), (dict, bool)):
+            raise _Inexpressible("arrays whose items differ")
+        theirs = norm.resolve_view(core["items"], "#")
+        mine = [a.get("items", True), *(a.get("prefixItems") or [])]
+        if any(difference(norm, norm.resolve_view(True if x == {} else x, "#"), theirs, depth + 1) for x in mine):
+            raise _Inexpressible("arrays whose items differ")
+    pieces = []
+    if core.get("minItems", 0) > 0:
+        pieces.append({"maxItems": core["minItems"] - 1})
+    if "maxItems" in core:
+        pieces.append({"minItems": core["maxItems"] + 1})
+    return [m for p in pieces if (m := _merged(norm, a, p)) is not None and m.get("minItems", 0) <= m.get(
+        "maxItems", math.inf)]
 
 
 def _strings(norm: Normalizer, a: dict, b: dict, depth: int) -> list:
@@ -238,29 +258,28 @@ def _numbers(norm: Normalizer, a: dict, b: dict, depth: int) -> list:
 
 
 def _objects(norm: Normalizer, a: dict, b: dict, depth: int) -> list:
-    extra_keys = (set(_core(b)) | {"patternProperties"} & set(a)) - _OBJECT_KEYS  # a's names are not all declared
+    extra_keys = set(_core(b)) - _OBJECT_KEYS
     if extra_keys:
         raise _Inexpressible(f"objects told apart by {sorted(extra_keys)[0]}")
     pa, pb = _props(a), _props(b)
     ra, rb = _required(a), _required(b)
-    xa, xb = _extra(a, norm.strict), _extra(b, norm.strict)
     pieces: list = []
     for name in rb:
         if name in ra:
             continue
-        if not (pa.get(name, xa) is not False):  # every object of a lacks it: none is one of b's
+        if _value_of(a, name, norm.strict) is False:  # every object of a lacks it: none is one of b's
             return [a]
-        pieces.append(_without(a, name))
-    for name, mine in pa.items():
-        theirs = pb.get(name, xb)
-        if theirs is True or theirs == {}:
+        pieces.append(_without(a, name, norm.strict))
+    for name in dict.fromkeys([*pa, *pb]):  # a name b declares may be one a takes undeclared
+        mine, theirs = _value_of(a, name, norm.strict), _value_of(b, name, norm.strict)
+        if mine is False or theirs is True or theirs == {}:
             continue
         if theirs is False:
             if name in ra:
                 return [a]
             pieces.append(_with(a, name, mine))
             continue
-        view = norm.resolve_view(mine, "#")
+        view = norm.resolve_view(True if mine == {} else mine, "#")
         diff = difference(norm, view, norm.resolve_view(theirs, "#"), depth + 1)
         if not diff:
             continue
@@ -269,8 +288,18 @@ def _objects(norm: Normalizer, a: dict, b: dict, depth: int) -> list:
                 return [a]
             diff = [mine]
         pieces.append(_with(a, name, diff[0] if len(diff) == 1 else {"anyOf": diff}))
-    if xa is not False and (pb.keys() - pa.keys() or not (xb is True or xb == {})):
-        raise _Inexpressible("objects that may carry properties they do not declare")
+    # The names neither declares: where a language of a's meets one of b's, b's schema must take every value a's
+    # does (else some name a carries fails b, which no piece can say).
+    declared = list(dict.fromkeys([*pa, *pb]))
+    theirs_all = [(e, t) for e, t in _undeclared(b, norm.strict) if not (t is True or t == {})]
+    for mine_expr, mine in _undeclared(a, norm.strict):
+        if mine is False:
+            continue
+        for theirs_expr, theirs in theirs_all:
+            if _meet(mine_expr, theirs_expr, declared) and difference(
+                    norm, norm.resolve_view(True if mine == {} else mine, "#"), norm.resolve_view(theirs, "#"),
+                    depth + 1):
+                raise _Inexpressible("objects that may carry undeclared names whose values one branch restricts")
     return pieces
 
 
@@ -300,6 +329,41 @@ def _extra(n: dict, strict: bool) -> Any:
     return True
 
 
+def _patterns(n: dict) -> dict:
+    p = n.get("patternProperties")
+    return p if isinstance(p, dict) else {}
+
+
+def _value_of(n: dict, name: str, strict: bool) -> Any:
+    """The schema a normalised object gives a member ``name``: its own, its pattern's (the exact form's languages are
+    disjoint), or ``additionalProperties``'; False where it takes no such member."""
+    props = _props(n)
+    if name in props:
+        return props[name]
+    for key, schema in _patterns(n).items():
+        try:
+            if matches(key_expr(key), name):
+                return schema
+        except PatternProblem:
+            raise _Inexpressible("objects whose patternProperties tagjit cannot read") from None
+    return _extra(n, strict)
+
+
+def _undeclared(n: dict, strict: bool) -> list[tuple[dict, Any]]:
+    """(language, schema) for the names a normalised object does not declare: its patterns' and the rest's."""
+    exprs = [key_expr(k) for k in _patterns(n)]
+    rest = all_of([*([negate({"names": list(_props(n))})] if _props(n) else []), *map(negate, exprs)])
+    return [*zip(exprs, _patterns(n).values()), (rest, _extra(n, strict))]
+
+
+def _meet(x: dict, y: dict, declared: list[str]) -> bool:
+    """Whether some name outside ``declared`` is in both languages (True where tagjit cannot tell)."""
+    try:
+        return any(len(members) == 2 for members, _ in partition([x, y], declared))
+    except PatternProblem:
+        return True
+
+
 def _forbids(n: dict, name: str, strict: bool) -> bool:
     """Whether object ``n`` takes no member ``name`` (False where one of its patternProperties may admit it)."""
     props = _props(n)
@@ -315,20 +379,11 @@ def _forbids(n: dict, name: str, strict: bool) -> bool:
     return _extra(n, strict) is False
 
 
-def _without(a: dict, name: str) -> dict:
+def _without(a: dict, name: str, strict: bool) -> dict:
     """``a`` with ``name`` absent."""
-    if "patternProperties" in a or "propertyNames" in a or a.get("additionalProperties", False) is not False:
-        raise _Inexpressible(f"an object that must lack {name!r} but may carry undeclared names")
-    out = dict(a)
-    out["type"] = "object"
-    props = dict(_props(a))
-    if "additionalProperties" not in a:  # the names a required but did not declare stay allowed
-        for k in _required(a):
-            props.setdefault(k, {})
-    props.pop(name, None)
-    out["properties"] = props
-    out["additionalProperties"] = False
-    return out
+    if "propertyNames" in a:
+        raise _Inexpressible(f"an object that must lack {name!r} but whose names propertyNames restricts")
+    return {**without_names(a, [name], strict), "type": "object"}
 
 
 def _with(a: dict, name: str, value: Any) -> dict:
@@ -449,7 +504,10 @@ def subsumes(norm: Normalizer, b: Any, a: Any) -> bool:
 # -- small helpers ----------------------------------------------------------------------------------
 
 def _core(n: Any) -> Any:
-    return {k: v for k, v in n.items() if k not in PASSIVE} if isinstance(n, dict) else n
+    """A node's constraints: neither annotations nor keywords no draft defines (``esriDocumentation``, ``_format``)."""
+    if not isinstance(n, dict):
+        return n
+    return {k: v for k, v in n.items() if k not in PASSIVE and (k in KNOWN_KEYWORDS or k.startswith("x-tagjit"))}
 
 
 def _values(n: Any) -> list | None:
