@@ -232,6 +232,12 @@ def test_open_branches_whose_undeclared_values_one_restricts_are_refused_by_name
         lenient.validate(Constraint.of(Kind.JSON, schema))
 
 
+def test_one_of_objects_told_apart_by_their_member_count_takes_the_counts_one_branch_holds(lenient):
+    schema = {"oneOf": [{"type": "object", "maxProperties": 1}, {"type": "object", "minProperties": 1}]}
+    agrees(lenient, schema, [{}, {"a": 1}, {"a": 1, "b": 2}, {"a": 1, "b": 2, "c": 3}])
+    assert accepts(lenient, schema, "{}") and not accepts(lenient, schema, '{"a": 1}')
+
+
 SIZES = {"type": "array", "items": {"type": "string"},
          "oneOf": [{"maxItems": 1}, {"minItems": 1, "items": {"type": "string"}}]}
 
@@ -279,3 +285,4 @@ def test_real_overlapping_one_of_schemas_judge_their_instances_as_the_file_does(
     case = maskbench(name)
     for t in case["tests"]:
         assert accepts(service, case["schema"], json.dumps(t["data"])) is t["valid"], t["description"]
+

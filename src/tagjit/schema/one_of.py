@@ -12,7 +12,8 @@ oneOf is the anyOf of those differences. A difference ``a \\ b`` is written as p
   forbidden, ``pattern_properties.without_names``, also on an object open to undeclared names), a name either
   declares whose value ``b`` restricts (that name required, its value the difference of the two schemas, ``a``'s
   value of an undeclared name being its pattern's or ``additionalProperties``') or forbids (that name required);
-  the names neither declares must take in ``b`` every value they take in ``a``;
+  the names neither declares must take in ``b`` every value they take in ``a``; and ``a`` outside ``b``'s range of
+  member counts;
 - arrays: ``a`` outside ``b``'s size range, where every item of ``a`` passes ``b``'s items.
 
 Every piece is a subset of ``a`` and none holds a value of ``b``, so nothing invalid is ever accepted; a difference
@@ -41,7 +42,8 @@ MAX_DEPTH = 6
 FAMILIES = ("null", "boolean", "object", "array", "string", "number")
 _ARRAY_KEYS = frozenset({"type", "items", "minItems", "maxItems"})
 _STRING_KEYS = frozenset({"minLength", "maxLength", "pattern", "format", "not"})
-_OBJECT_KEYS = frozenset({"type", "properties", "required", "additionalProperties", "patternProperties"})
+_OBJECT_KEYS = frozenset({"type", "properties", "required", "additionalProperties", "patternProperties",
+                          "minProperties", "maxProperties"})
 _BOUNDS = (("minimum", False, True), ("exclusiveMinimum", True, True), ("maximum", False, False),
            ("exclusiveMaximum", True, False))
 
@@ -264,6 +266,12 @@ def _objects(norm: Normalizer, a: dict, b: dict, depth: int) -> list:
     pa, pb = _props(a), _props(b)
     ra, rb = _required(a), _required(b)
     pieces: list = []
+    core = _core(b)
+    for size in ({"maxProperties": core["minProperties"] - 1} if core.get("minProperties", 0) > 0 else None,
+                 {"minProperties": core["maxProperties"] + 1} if "maxProperties" in core else None):
+        if size is not None and (m := _merged(norm, a, size)) is not None and m.get("minProperties", 0) <= m.get(
+                "maxProperties", math.inf):
+            pieces.append(m)
     for name in rb:
         if name in ra:
             continue
