@@ -230,6 +230,25 @@ def test_not_of_the_empty_schema_forbids_an_optional_property(service):
     assert not accepts(service, schema, '{"a": "x", "b": 1}')
 
 
+def test_not_of_a_ref_negates_its_definition(service):
+    schema = {**PAIR, "$defs": {"has_a": {"required": ["a"]}}, "not": {"$ref": "#/$defs/has_a"}}
+    assert accepts(service, schema, '{"b": 1}') and not accepts(service, schema, '{"a": 1}')
+
+
+def test_not_of_a_ref_whose_definition_holds_a_ref_stays_refused_by_name(service):
+    schema = {**PAIR, "$defs": {"has_a": {"properties": {"a": {"$ref": "#/$defs/int"}}, "required": ["a"]},
+                                "int": {"type": "integer"}}, "not": {"$ref": "#/$defs/has_a"}}
+    with pytest.raises(UnsupportedFeatureError, match=r"not: \{\$ref\}"):
+        service.validate(Constraint.of(Kind.JSON, schema))
+
+
+@pytest.mark.parametrize("name", ["Github_medium---o39168.json", "Github_medium---o44368.json"])
+def test_real_schemas_with_not_of_a_ref_judge_their_instances_as_the_file_does(service, name):
+    case = maskbench(name)
+    for t in case["tests"]:
+        assert accepts(service, case["schema"], json.dumps(t["data"])) is t["valid"], t["description"]
+
+
 def test_not_anyof_forbids_each_branch(service):
     schema = {**PAIR, "not": {"anyOf": [{"required": ["a"]}, {"required": ["b"]}]}}
     assert accepts(service, schema, "{}")
@@ -330,7 +349,7 @@ def test_a_real_schema_with_if_then_else_judges_its_instances_as_the_file_does(s
 @pytest.mark.parametrize("schema,feature", [
     ({"type": "string", "not": {"pattern": "^a"}}, "not: {pattern}"),
     ({**SHAPE, "if": {"properties": {"radius": {"minimum": 2}}}}, "not: {minimum}"),
-    ({"$defs": {"s": {"type": "string"}}, "not": {"$ref": "#/$defs/s"}}, "not: {$ref}"),
+    ({"$defs": {"s": {"$ref": "#/$defs/t"}, "t": {"type": "string"}}, "not": {"$ref": "#/$defs/s"}}, "not: {$ref}"),
     ({"type": "number", "not": {"type": "integer"}}, "not: {type: integer} where numbers are allowed"),
     ({"type": "number", "not": {"const": 3}}, "not: {enum} with a value of type number"),
     ({"type": "string", "maxLength": 5, "not": {"const": "a"}}, "not: {enum} together with maxLength"),

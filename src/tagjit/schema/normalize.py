@@ -98,7 +98,7 @@ class _Normalizer:
         if "not" in n and not combinators:  # beside anyOf/oneOf it is merged into each branch first
             if "$ref" in n:  # xgrammar reads no keyword beside a $ref, so the rewrite would be dropped
                 raise UnsupportedFeatureError("not together with $ref", where)
-            n = _negate(n, where)
+            n = _negate(self._not_target(n, where), where)
             combinators = [k for k in ("anyOf",) if isinstance(n.get(k), list)]
         if len(combinators) == 2:
             raise UnsupportedFeatureError("anyOf together with oneOf", where)
@@ -491,6 +491,18 @@ class _Normalizer:
             return self.merge(target, rest, where) if rest else target
         finally:
             self._inlining.pop()
+
+    def _not_target(self, n: dict, where: str) -> dict:
+        """The node with ``not: {$ref}`` replaced by the target, where the target holds no $ref (negating a
+        definition that reaches itself would unroll without end)."""
+        neg = n.get("not")
+        if not (isinstance(neg, dict) and isinstance(neg.get("$ref"), str) and ANNOTATIONS.issuperset(
+                k for k in neg if k != "$ref")):
+            return n
+        target = self._resolve(neg["$ref"], f"{where}/not")
+        if isinstance(target, dict) and "$ref" in json.dumps(target):
+            return n
+        return {**n, "not": target}
 
     def _resolve(self, ref: str, where: str) -> Any:
         ref = self._anchor_paths.get(ref, ref)
