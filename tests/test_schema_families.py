@@ -249,6 +249,24 @@ def test_real_schemas_with_not_of_a_ref_judge_their_instances_as_the_file_does(s
         assert accepts(service, case["schema"], json.dumps(t["data"])) is t["valid"], t["description"]
 
 
+NOT_PATTERN = [{"type": "string", "not": {"pattern": "^a"}}, {"not": {"pattern": "x$"}, "maxLength": 3},
+               {"type": ["string", "null"], "pattern": "^[ab]", "not": {"pattern": "b$"}}]
+
+
+@pytest.mark.parametrize("schema", NOT_PATTERN, ids=range(len(NOT_PATTERN)))
+@UNTIMED
+@given(value=st.one_of(st.text(alphabet="abx@.e", max_size=6), st.sampled_from(
+    ["a@b.co", "a@example.com", "ax", None, 1, "b@x.ax"])))
+def test_not_pattern_takes_exactly_the_strings_outside_the_pattern(service, schema, value):
+    assert accepts(service, schema, json.dumps(value)) == valid(schema, json.dumps(value))
+
+
+def test_not_pattern_beside_a_format_takes_the_format_strings_outside_the_pattern(service):
+    schema = {"type": "string", "format": "email", "not": {"pattern": "@example\\."}}
+    assert accepts(service, schema, '"a@b.com"')
+    assert not accepts(service, schema, '"a@example.com"') and not accepts(service, schema, '"ab"')
+
+
 def test_not_anyof_forbids_each_branch(service):
     schema = {**PAIR, "not": {"anyOf": [{"required": ["a"]}, {"required": ["b"]}]}}
     assert accepts(service, schema, "{}")
@@ -347,7 +365,7 @@ def test_a_real_schema_with_if_then_else_judges_its_instances_as_the_file_does(s
 
 
 @pytest.mark.parametrize("schema,feature", [
-    ({"type": "string", "not": {"pattern": "^a"}}, "not: {pattern}"),
+    ({"type": "string", "not": {"pattern": "(?<=a)b"}}, "not: {pattern} (with a lookahead or lookbehind)"),
     ({**SHAPE, "if": {"properties": {"radius": {"minimum": 2}}}}, "not: {minimum}"),
     ({"$defs": {"s": {"$ref": "#/$defs/t"}, "t": {"type": "string"}}, "not": {"$ref": "#/$defs/s"}}, "not: {$ref}"),
     ({"type": "number", "not": {"type": "integer"}}, "not: {type: integer} where numbers are allowed"),

@@ -622,6 +622,18 @@ def _negate(n: dict, where: str) -> dict:
             inner = set(_type_list(core["type"]))
             values = [v for v in values if _json_type(v) in inner or (_json_type(v) == "integer" and "number" in inner)]
         return _without_values(n, values, where)
+    if keys == {"pattern"} and isinstance(core["pattern"], str):  # non-strings match a pattern: strings outside it
+        types = _type_list(n.get("type"))
+        if types and "string" not in types:
+            raise EmptySchemaError(f"JSON schema at '{where}' accepts no value: its 'not' holds every non-string")
+        out = {**n, "type": "string", EXCEPT: [*n.get(EXCEPT, []), {"pattern": core["pattern"]}]}
+        try:
+            empty = string_set_empty(out)
+        except PatternProblem as e:
+            raise UnsupportedFeatureError(f"not: {{pattern}} ({str(e).removeprefix('pattern ')})", where) from None
+        if empty:
+            raise EmptySchemaError(f"JSON schema at '{where}' accepts no value: every string matches its 'not' pattern")
+        return out
     if keys == {"anyOf"} and isinstance(core["anyOf"], list):  # not (A or B) = not A and not B
         for i, branch in enumerate(core["anyOf"]):
             if "anyOf" in n:
