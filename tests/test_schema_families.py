@@ -267,6 +267,13 @@ def test_not_pattern_beside_a_format_takes_the_format_strings_outside_the_patter
     assert not accepts(service, schema, '"a@example.com"') and not accepts(service, schema, '"ab"')
 
 
+def test_not_enum_beside_lengths_and_a_pattern_excludes_the_values_in_every_spelling(service):
+    schema = maskbench("Github_medium---o24621.json")["schema"]["definitions"]["name"]  # not: [test, source, ...]
+    for text, ok in (('"tests"', True), ('"te"', True), ('"test"', False), ('"t\\u0065st"', False), ('"t"', False),
+                     ('"Test"', False), ('"include"', False)):
+        assert accepts(service, schema, text) is ok, text
+
+
 def test_not_anyof_forbids_each_branch(service):
     schema = {**PAIR, "not": {"anyOf": [{"required": ["a"]}, {"required": ["b"]}]}}
     assert accepts(service, schema, "{}")
@@ -370,7 +377,7 @@ def test_a_real_schema_with_if_then_else_judges_its_instances_as_the_file_does(s
     ({"$defs": {"s": {"$ref": "#/$defs/t"}, "t": {"type": "string"}}, "not": {"$ref": "#/$defs/s"}}, "not: {$ref}"),
     ({"type": "number", "not": {"type": "integer"}}, "not: {type: integer} where numbers are allowed"),
     ({"type": "number", "not": {"const": 3}}, "not: {enum} with a value of type number"),
-    ({"type": "string", "maxLength": 5, "not": {"const": "a"}}, "not: {enum} together with maxLength"),
+    ({"maxLength": 5, "not": {"const": "a"}}, "not: {enum} together with maxLength"),
     ({"type": "object", "additionalProperties": True, "not": {"required": ["a"]}}, "not: {required} where other"),
     ({"$defs": {"s": {"type": ["string", "null"]}}, "$ref": "#/$defs/s", "not": {"type": "null"}},
      "not together with $ref"),

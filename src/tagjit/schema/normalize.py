@@ -726,7 +726,10 @@ def _without_values(n: dict, values: list, where: str) -> dict:
     strings = list(dict.fromkeys(v for v in values if isinstance(v, str)))
     n = _set_types(n, types, where)
     if strings and "string" in types:
-        n["not"] = {"enum": strings}
+        if types == ["string"] and any(k in n for k in ("minLength", "maxLength", "pattern", "format", EXCEPT)):
+            n[EXCEPT] = [*n.get(EXCEPT, []), {"enum": strings}]  # one automaton holds the lengths, pattern and values
+        else:
+            n["not"] = {"enum": strings}
     return n
 
 
