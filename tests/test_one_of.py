@@ -247,6 +247,19 @@ def test_one_of_arrays_told_apart_by_size_takes_the_sizes_one_branch_holds(servi
     assert accepts(service, SIZES, "[]") and not accepts(service, SIZES, '["a"]')
 
 
+ARRAYS_AND_VALUES = {"oneOf": [{"type": "array", "items": {"enum": ["mode", "deleted"]}, "minItems": 1},
+                               {"enum": [["deleted"], ["mode", "mode"]]}]}
+TUPLES = {"oneOf": [{"type": "array", "prefixItems": [{"type": "string"}], "items": {"type": "string"}},
+                    {"type": "array", "prefixItems": [{"const": "x"}, {"enum": ["a", "x"]}], "items": {"type": "string"},
+                     "maxItems": 2}]}
+
+
+@pytest.mark.parametrize("schema", [ARRAYS_AND_VALUES, TUPLES], ids=["enum-of-arrays", "prefixItems"])
+def test_one_of_arrays_told_apart_by_an_item_position_agrees_with_jsonschema_on_every_short_array(service, schema):
+    items = ["mode", "deleted", "x", "a", 1]
+    agrees(service, schema, [list(v) for k in range(4) for v in itertools.product(items, repeat=k)])
+
+
 def test_one_of_arrays_whose_items_one_branch_restricts_is_refused_naming_the_items(service):
     schema = {"type": "array", "oneOf": [{"maxItems": 1}, {"items": {"type": "string"}}]}
     with pytest.raises(UnsupportedFeatureError, match="arrays whose items differ"):

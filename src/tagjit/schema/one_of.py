@@ -14,7 +14,8 @@ oneOf is the anyOf of those differences. A difference ``a \\ b`` is written as p
   value of an undeclared name being its pattern's or ``additionalProperties``') or forbids (that name required);
   the names neither declares must take in ``b`` every value they take in ``a``; and ``a`` outside ``b``'s range of
   member counts;
-- arrays: ``a`` outside ``b``'s size range, where every item of ``a`` passes ``b``'s items.
+- arrays: ``a`` outside ``b``'s size range, or with an item at a position of ``b``'s ``prefixItems`` that fails it
+  (an ``enum`` of arrays is such a prefix), where ``a``'s later items all pass ``b``'s ``items``.
 
 Every piece is a subset of ``a`` and none holds a value of ``b``, so nothing invalid is ever accepted; a difference
 with no such form (arrays whose items differ, undeclared names whose values ``b`` restricts, automata over 4096
@@ -40,7 +41,7 @@ MAX_PIECES = 64
 MAX_DEPTH = 6
 
 FAMILIES = ("null", "boolean", "object", "array", "string", "number")
-_ARRAY_KEYS = frozenset({"type", "items", "minItems", "maxItems"})
+_ARRAY_KEYS = frozenset({"type", "items", "prefixItems", "minItems", "maxItems"})
 _STRING_KEYS = frozenset({"minLength", "maxLength", "pattern", "format", "not"})
 _OBJECT_KEYS = frozenset({"type", "properties", "required", "additionalProperties", "patternProperties",
                           "minProperties", "maxProperties"})
@@ -156,20 +157,33 @@ def _arrays(norm: Normalizer, a: dict, b: dict, depth: int) -> list:
     core = _core(b)
     if set(core) - _ARRAY_KEYS:
         raise _Inexpressible(f"arrays told apart by {sorted(set(core) - _ARRAY_KEYS)[0]}")
-    if "items" in core:  # "some item fails b's" has no schema: a's items must all pass
-        if not isinstance(core["items"], (dict, bool)) or not isinstance(a.get("items", True), (dict, bool)):
+    mine_prefix, theirs_prefix = a.get("prefixItems") or [], core.get("prefixItems") or []
+    mine_items, theirs_items = a.get("items", True), core.get("items", True)
+    if not all(isinstance(x, (dict, bool)) for x in [mine_items, theirs_items, *mine_prefix, *theirs_prefix]):
+        raise _Inexpressible("arrays whose items differ")
+
+    def mine(i: int) -> Any:
+        return mine_prefix[i] if i < len(mine_prefix) else mine_items
+
+    def minus(x: Any, y: Any) -> list:
+        return difference(norm, norm.resolve_view(True if x == {} else x, "#"), norm.resolve_view(y, "#"), depth + 1)
+
+    hi = core.get("maxItems")
+    if theirs_items is False:  # an item past b's prefix fails b: a size piece says it
+        hi = len(theirs_prefix) if hi is None else min(hi, len(theirs_prefix))
+    elif not (theirs_items is True or theirs_items == {}):  # "some later item fails b's" has no schema
+        if any(minus(x, theirs_items) for x in [mine_items, *mine_prefix[len(theirs_prefix):]]):
             raise _Inexpressible("arrays whose items differ")
-        theirs = norm.resolve_view(core["items"], "#")
-        mine = [a.get("items", True), *(a.get("prefixItems") or [])]
-        if any(difference(norm, norm.resolve_view(True if x == {} else x, "#"), theirs, depth + 1) for x in mine):
-            raise _Inexpressible("arrays whose items differ")
-    pieces = []
-    if core.get("minItems", 0) > 0:
-        pieces.append({"maxItems": core["minItems"] - 1})
-    if "maxItems" in core:
-        pieces.append({"minItems": core["maxItems"] + 1})
-    return [m for p in pieces if (m := _merged(norm, a, p)) is not None and m.get("minItems", 0) <= m.get(
-        "maxItems", math.inf)]
+    sizes = ([{"maxItems": core["minItems"] - 1}] if core.get("minItems", 0) > 0 else []) + (
+        [{"minItems": hi + 1}] if hi is not None else [])
+    pieces = [m for p in sizes if (m := _merged(norm, a, p)) is not None]
+    for i, theirs in enumerate(theirs_prefix):  # one piece per position of b's prefix whose item a's may fail
+        diff = minus(mine(i), theirs)
+        if diff:
+            prefix = [mine(j) for j in range(max(i + 1, len(mine_prefix)))]
+            prefix[i] = diff[0] if len(diff) == 1 else {"anyOf": diff}
+            pieces.append({**a, "prefixItems": prefix, "minItems": max(a.get("minItems", 0), i + 1)})
+    return [p for p in pieces if p.get("minItems", 0) <= p.get("maxItems", math.inf)]
 
 
 def _strings(norm: Normalizer, a: dict, b: dict, depth: int) -> list:
