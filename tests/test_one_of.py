@@ -18,6 +18,7 @@ from shared_data import maskbench
 from tagjit import CompileService, UnsupportedFeatureError
 from tagjit.constraint import Constraint, Kind
 from tagjit.errors import EmptySchemaError
+from tagjit.tools import build_tool_tag
 
 UNTIMED = settings(deadline=None, max_examples=120)
 
@@ -178,10 +179,36 @@ def test_one_of_whose_branches_accept_the_same_values_accepts_no_value(service):
         service.validate(Constraint.of(Kind.JSON, {"oneOf": [{"type": "string"}, {"type": "string"}]}))
 
 
-def test_one_of_an_integer_and_a_number_range_is_still_refused_since_its_non_integers_have_no_schema(service):
-    schema = {"oneOf": [{"type": "integer", "minimum": 0}, {"type": "number", "maximum": 10}]}
-    with pytest.raises(UnsupportedFeatureError, match="non-integers"):
-        service.validate(Constraint.of(Kind.JSON, schema))
+INTEGER_OR_NUMBER = {"oneOf": [{"type": "integer", "minimum": 0}, {"type": "number", "maximum": 10}]}
+
+
+def test_one_of_an_integer_and_a_number_range_takes_the_non_integers_and_the_integers_outside_the_overlap(service):
+    for text, ok in (("-3", True), ("11", True), ("3", False), ("0", False), ("10", False), ("2.5", True),
+                     ("-0.25", True), ("10.5", False), ("2.0", False), ("9.990", True)):
+        assert jsonschema.Draft202012Validator(INTEGER_OR_NUMBER).is_valid(json.loads(text)) is ok, text
+        assert accepts(service, INTEGER_OR_NUMBER, text) is ok, text
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "qwen3_coder"])
+def test_a_tool_argument_of_one_of_integer_and_number_takes_only_non_integers_in_json_and_xml_calls(svc, fmt):
+    tool = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": {"oneOf": [{"type": "integer"}, {"type": "number"}]}}, "required": ["x"]}}}
+    tag = Constraint.of(Kind.STRUCTURAL_TAG, build_tool_tag(fmt, [tool], "required", True, svc.settings))
+    call = ('<tool_call>\n{"name": "f", "arguments": {"x": 1.5}}\n</tool_call>' if fmt == "hermes" else
+            "<tool_call>\n<function=f>\n<parameter=x>\n1.5\n</parameter>\n</function>\n</tool_call>")
+    for text, ok in ((call, True), (call.replace("1.5", "2"), False), (call.replace("1.5", "2.0"), False)):
+        g = svc.grammar(tag)
+        assert (g.accept_string(text) and g.is_completed()) is ok, text
+
+
+@UNTIMED
+@given(value=st.integers(min_value=-20, max_value=20) | st.decimals(min_value=-20, max_value=20, places=2))
+def test_one_of_an_integer_and_a_number_range_agrees_with_jsonschema_on_numbers(service, value):
+    """A whole number written with a fraction (``-5.00``) is one of the integers, which tagjit writes without one."""
+    text = str(value)
+    valid = jsonschema.Draft202012Validator(INTEGER_OR_NUMBER).is_valid(json.loads(text))
+    whole_with_fraction = "." in text and value == int(value)
+    assert accepts(service, INTEGER_OR_NUMBER, text) == (valid and not whole_with_fraction)
 
 
 def test_one_of_arrays_whose_items_differ_is_still_refused_naming_what_cannot_be_written(service):

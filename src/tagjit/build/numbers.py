@@ -331,12 +331,21 @@ class Range:
     fraction: bool  # whether a fraction part may be written (type number)
     positive: _Side | None
     negative: _Side | None
+    nonintegral: bool = False  # only numbers that are not whole (a non-zero fraction digit, ``NONINTEGRAL``)
+
+
+NONINTEGRAL = "x-tagjit-nonintegral"
+"""A normalised number node's keyword (tagjit's own, ``one_of`` writes it): only the numbers that are not whole, each
+spelled with a non-zero fraction digit and no exponent (``1.50``, not ``1.0`` or ``15e-1``), within the node's bounds."""
 
 
 def own_range(node: dict, types: list[str]) -> Range | None:
     """The range tagjit writes for a node's numbers (``types``: the node's types), or None where xgrammar's is exact
     or the node has none."""
     lo, lo_open, hi, hi_open = bounds_of(node)
+    if node.get(NONINTEGRAL) is True and "number" in types:
+        neg_lo, neg_hi = (-hi if hi is not None else None), (-lo if lo is not None else None)
+        return Range(True, _side(lo, lo_open, hi, hi_open), _side(neg_lo, hi_open, neg_hi, lo_open), True)
     if (lo is None and hi is None) or any(k in node for k in _ANY_TYPE):
         return None
     if "number" not in types:
@@ -372,8 +381,8 @@ class _RangeMagnitude:
     bounds: the integer part is compared with a bound's by length and then digit by digit, the fraction digit by digit
     with the bound's fraction padded by zeros."""
 
-    def __init__(self, side: _Side, fraction: bool) -> None:
-        (self.lo, self.hi), self.fraction = side, fraction
+    def __init__(self, side: _Side, fraction: bool, nonintegral: bool = False) -> None:
+        (self.lo, self.hi), self.fraction, self.nonintegral = side, fraction, nonintegral
         self.targets = tuple(_digits_of(b[0]) if b else None for b in (self.lo, self.hi))
 
     def start(self) -> Hashable:
@@ -417,12 +426,13 @@ class _RangeMagnitude:
             if ch == ".":
                 return None
             return ("int", ch == "0", self._int(((0, 0) if self.lo else None, (0, 0) if self.hi else None), ch))
-        _, zero, cmps = state
+        _, zero, cmps = state[:3]
         if ch == ".":
             return ("dot", zero, self._to_fraction(cmps)) if phase == "int" and self.fraction else None
         if phase == "int":
             return None if zero else ("int", zero, self._int(cmps, ch))
-        return ("frac", zero, self._frac(cmps, self.targets, ch))
+        whole = len(state) < 4 or state[3]  # the fraction read so far is all zeros
+        return ("frac", zero, self._frac(cmps, self.targets, ch), self.nonintegral and whole and ch == "0")
 
     def _relation(self, cmp: Any, t: _Digits) -> int:
         """The magnitude read so far against a bound: -1 below, 0 equal, 1 above."""
@@ -435,6 +445,8 @@ class _RangeMagnitude:
 
     def accepts(self, state: tuple) -> bool:
         if state[0] in ("start", "dot"):
+            return False
+        if self.nonintegral and (state[0] == "int" or state[3]):
             return False
         cl, ch = state[2]
         if cl is not None:
@@ -455,7 +467,7 @@ def range_rules(r: Range, name: str) -> list[str] | None:
     for sign, side, tag in (("", r.positive, "p"), ('"-" ', r.negative, "n")):
         if side is None:
             continue
-        mag = _RangeMagnitude(side, r.fraction)
+        mag = _RangeMagnitude(side, r.fraction, r.nonintegral)
         edges, final = _minimise(*_explore(mag.start(), mag.step, mag.accepts))
         if not any(final):
             continue

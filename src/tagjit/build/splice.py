@@ -18,14 +18,14 @@ from typing import Any
 import xgrammar as xgr
 
 from tagjit.build.bounded_strings import RULE_PREFIX as LENGTH_PREFIX, counted, length_rules
-from tagjit.build.numbers import (RANGE_PREFIX, RULE_PREFIX, VALUE_PREFIX, Range, TooLarge, automaton_rules,
+from tagjit.build.numbers import (NONINTEGRAL, RANGE_PREFIX, RULE_PREFIX, VALUE_PREFIX, Range, TooLarge, automaton_rules,
                                   is_number, multiples, own_range, range_rules, value_rules)
 from tagjit.build.patterns import EXCEPT, RULE_PREFIX as PATTERN_PREFIX, lengths_rules, node_automaton
 from tagjit.build.keys import (PRECOMPUTED_KEY_STATES, RULE_PREFIX as KEY_PREFIX, is_key_text, key_expr, key_rules,
                                key_states)
 from tagjit.build.printed import swap_const_literals, swap_key_regexes
 from tagjit.build.strings import exclusion_rules
-from tagjit.errors import EmptySchemaError
+from tagjit.errors import EmptySchemaError, UnsupportedFeatureError
 from tagjit.schema.keywords import LISTS, MAPS, PASSIVE, VALUES
 
 _NUMERIC = ("multipleOf", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
@@ -94,6 +94,8 @@ class Lifted:
 
     def _range(self, n: dict) -> Range | None:
         if not self.json_style or "multipleOf" in n:
+            if n.get(NONINTEGRAL) is True:  # xgrammar's numbers would take whole ones too
+                raise UnsupportedFeatureError("non-integer numbers (a oneOf of integers and numbers) here", "#")
             return None
         return own_range(n, _types(n))
 
@@ -115,6 +117,8 @@ class Lifted:
             try:
                 rules = range_rules(rng, "probe")
             except TooLarge:  # xgrammar's range: as close as before, never refused
+                if rng.nonintegral:  # xgrammar's would take whole numbers too
+                    raise UnsupportedFeatureError("non-integer numbers within bounds too long to write", "#") from None
                 rules = rng = None
             if rng is not None:
                 types = [x for x in types if x not in ("integer", "number")]

@@ -5,7 +5,8 @@ are (their anyOf is the oneOf). Otherwise each branch becomes its difference wit
 oneOf is the anyOf of those differences. A difference ``a \\ b`` is written as plain schemas, one JSON type at a time:
 
 - finite values (``enum``, ``const``, booleans, null): the values of ``a`` that ``b`` rejects;
-- numbers: ``a`` within the intervals outside ``b``'s bounds, or between the finite values ``b`` lists;
+- numbers: ``a`` within the intervals outside ``b``'s bounds, or between the finite values ``b`` lists; beside an
+  integer ``b``, also ``a``'s non-integers (``numbers.NONINTEGRAL``);
 - strings: ``a`` outside ``b``'s length range, outside its pattern's or format's language, or without the finite
   values ``b`` lists (tagjit's own automaton of ``a`` minus those sets, ``patterns.EXCEPT``);
 - objects: one piece per way an object of ``a`` can fail ``b``: a name ``b`` requires that ``a`` may lack (that name
@@ -29,6 +30,7 @@ import math
 from typing import Any, Callable, Protocol
 
 from tagjit.build.keys import all_of, key_expr, matches, negate, partition
+from tagjit.build.numbers import NONINTEGRAL
 from tagjit.build.patterns import EXCEPT, PatternProblem, string_set_empty, strings_disjoint
 from tagjit.errors import UnsupportedFeatureError
 from tagjit.schema.keywords import PASSIVE
@@ -254,8 +256,13 @@ def _numbers(norm: Normalizer, a: dict, b: dict, depth: int) -> list:
     if "multipleOf" in b:
         raise _Inexpressible("numbers told apart by multipleOf")
     a_int, b_int = _integer_only(a), _integer_only(b)
-    if b_int and not a_int:
-        raise _Inexpressible("an integer branch beside a number branch (the non-integers)")
+    if b_int and not a_int:  # a's non-integers, then a's integers outside b
+        if "multipleOf" in a:
+            raise _Inexpressible("an integer branch beside a number branch with multipleOf")
+        fractions = _merged(norm, a, {"type": "number", NONINTEGRAL: True})
+        integers = _merged(norm, a, {"type": "integer"})
+        return ([fractions] if fractions is not None and _interval_open(fractions) else []) + (
+            _numbers(norm, integers, b, depth) if integers is not None else [])
     values = _values(b)
     if values is not None:
         cuts = sorted({v for v in values if _is_number(v) and norm.accepts(a, v)})
