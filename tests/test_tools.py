@@ -204,8 +204,8 @@ def test_arguments_are_an_object_even_when_unconstrained(svc):
 
 def test_a_server_set_to_refuse_unenforceable_tools_names_the_tool_and_feature():
     bad = {"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"x": {"type": "string", "not": {"pattern": "a"}}}}}}
-    with pytest.raises(UnsupportedFeatureError, match="tool 'f'.*'not: {pattern}'"):
+        "type": "object", "properties": {"x": {"type": "array", "not": {"items": {"type": "string"}}}}}}}
+    with pytest.raises(UnsupportedFeatureError, match="tool 'f'.*'not: {items}'"):
         hermes([bad], "required", settings=Settings(unenforceable_tools="refuse"))
 
 

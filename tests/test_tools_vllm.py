@@ -100,11 +100,11 @@ def test_an_unenforceable_tool_schema_is_a_validation_error_when_the_server_refu
     monkeypatch.setattr(settings, "_current", settings.Settings(unenforceable_tools="refuse"))
 
     bad = [{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"x": {"type": "string", "not": {"pattern": "a"}}}}}}]
+        "type": "object", "properties": {"x": {"type": "array", "not": {"items": {"type": "string"}}}}}}}]
     request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}], tools=bad,
                                     tool_choice="required")
     cls = ParserManager.get_parser(tool_parser_name="hermes", enable_auto_tools=True, tokenizer=tokenizer)
-    with pytest.raises(VLLMValidationError, match="tool 'f'.*'not: {pattern}'"):
+    with pytest.raises(VLLMValidationError, match="tool 'f'.*'not: {items}'"):
         cls(tokenizer, request.tools).adjust_request(request)
 
 
