@@ -18,11 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from tagjit.build.keys import key_expr, matches
-from tagjit.build.patterns import PatternProblem
 from tagjit.errors import EmptySchemaError, UnsupportedFeatureError
 from tagjit.schema.keywords import PASSIVE, TYPE_KEYWORDS, subschemas
-from tagjit.schema.pattern_properties import without_names
+from tagjit.schema.pattern_properties import admits, without_names
 
 KEYWORDS = ("dependencies", "dependentRequired", "dependentSchemas")
 DEPENDENCY_KEYWORDS = frozenset(KEYWORDS)
@@ -195,7 +193,7 @@ class _Expansion:
         if name in self.props:
             return self.props[name] is False
         patterns = self.core.get("patternProperties")
-        if isinstance(patterns, dict) and any(_matches(key, name) for key in patterns):
+        if isinstance(patterns, dict) and any(admits(key, name) for key in patterns):
             return False
         return self.core.get("additionalProperties") is False
 
@@ -269,14 +267,6 @@ def _in_order(b: Any, names: list[str]) -> Any:
     ordered = {k: props[k] for k in names if k in props}
     ordered.update((k, v) for k, v in props.items() if k not in ordered)
     return {**b, "properties": ordered}
-
-
-def _matches(key: str, name: str) -> bool:
-    """Whether a patternProperties key admits the name (a pattern tagjit cannot read is taken to admit it)."""
-    try:
-        return matches(key_expr(key), name)
-    except PatternProblem:
-        return True
 
 
 def _closed(core: dict, strict: bool) -> bool:

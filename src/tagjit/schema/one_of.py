@@ -35,7 +35,7 @@ from tagjit.build.patterns import EXCEPT, PatternProblem, string_set_empty, stri
 from tagjit.errors import UnsupportedFeatureError
 from tagjit.schema.keywords import PASSIVE
 from tagjit.schema.metaschema import KNOWN_KEYWORDS
-from tagjit.schema.pattern_properties import without_names
+from tagjit.schema.pattern_properties import admits, undeclared_schema, without_names
 
 # Most pieces one oneOf may become; more are refused by name (each piece is a copy of its branch).
 MAX_PIECES = 64
@@ -131,6 +131,11 @@ def difference(norm: Normalizer, a: Any, b: Any, depth: int) -> list:
     return out
 
 
+def _minus(norm: Normalizer, x: Any, y: Any, depth: int) -> list:
+    """``difference`` of two member or item schemas as a node holds them ($refs followed, ``{}`` as any value)."""
+    return difference(norm, norm.resolve_view(True if x == {} else x, "#"), norm.resolve_view(y, "#"), depth + 1)
+
+
 def _finite(norm: Normalizer, a: dict, b: Any) -> list:
     values = a["enum"] if "enum" in a else [a["const"]]
     kept = []
@@ -167,20 +172,17 @@ def _arrays(norm: Normalizer, a: dict, b: dict, depth: int) -> list:
     def mine(i: int) -> Any:
         return mine_prefix[i] if i < len(mine_prefix) else mine_items
 
-    def minus(x: Any, y: Any) -> list:
-        return difference(norm, norm.resolve_view(True if x == {} else x, "#"), norm.resolve_view(y, "#"), depth + 1)
-
     hi = core.get("maxItems")
     if theirs_items is False:  # an item past b's prefix fails b: a size piece says it
         hi = len(theirs_prefix) if hi is None else min(hi, len(theirs_prefix))
     elif not (theirs_items is True or theirs_items == {}):  # "some later item fails b's" has no schema
-        if any(minus(x, theirs_items) for x in [mine_items, *mine_prefix[len(theirs_prefix):]]):
+        if any(_minus(norm, x, theirs_items, depth) for x in [mine_items, *mine_prefix[len(theirs_prefix):]]):
             raise _Inexpressible("arrays whose items differ")
     sizes = ([{"maxItems": core["minItems"] - 1}] if core.get("minItems", 0) > 0 else []) + (
         [{"minItems": hi + 1}] if hi is not None else [])
     pieces = [m for p in sizes if (m := _merged(norm, a, p)) is not None]
     for i, theirs in enumerate(theirs_prefix):  # one piece per position of b's prefix whose item a's may fail
-        diff = minus(mine(i), theirs)
+        diff = _minus(norm, mine(i), theirs, depth)
         if diff:
             prefix = [mine(j) for j in range(max(i + 1, len(mine_prefix)))]
             prefix[i] = diff[0] if len(diff) == 1 else {"anyOf": diff}
@@ -281,13 +283,12 @@ def _numbers(norm: Normalizer, a: dict, b: dict, depth: int) -> list:
 
 
 def _objects(norm: Normalizer, a: dict, b: dict, depth: int) -> list:
-    extra_keys = set(_core(b)) - _OBJECT_KEYS
-    if extra_keys:
-        raise _Inexpressible(f"objects told apart by {sorted(extra_keys)[0]}")
+    core = _core(b)
+    if set(core) - _OBJECT_KEYS:
+        raise _Inexpressible(f"objects told apart by {sorted(set(core) - _OBJECT_KEYS)[0]}")
     pa, pb = _props(a), _props(b)
     ra, rb = _required(a), _required(b)
     pieces: list = []
-    core = _core(b)
     for size in ({"maxProperties": core["minProperties"] - 1} if core.get("minProperties", 0) > 0 else None,
                  {"minProperties": core["maxProperties"] + 1} if "maxProperties" in core else None):
         if size is not None and (m := _merged(norm, a, size)) is not None and m.get("minProperties", 0) <= m.get(
@@ -325,9 +326,7 @@ def _objects(norm: Normalizer, a: dict, b: dict, depth: int) -> list:
         if mine is False:
             continue
         for theirs_expr, theirs in theirs_all:
-            if _meet(mine_expr, theirs_expr, declared) and difference(
-                    norm, norm.resolve_view(True if mine == {} else mine, "#"), norm.resolve_view(theirs, "#"),
-                    depth + 1):
+            if _meet(mine_expr, theirs_expr, declared) and _minus(norm, mine, theirs, depth):
                 raise _Inexpressible("objects that may carry undeclared names whose values one branch restricts")
     return pieces
 
@@ -349,15 +348,6 @@ def _required(n: dict) -> list:
     return [k for k in r if isinstance(k, str)] if isinstance(r, list) else []
 
 
-def _extra(n: dict, strict: bool) -> Any:
-    """What a name ``n`` does not declare may hold (xgrammar's strict mode closes objects that declare names)."""
-    if "additionalProperties" in n:
-        return n["additionalProperties"]
-    if strict and any(k in n for k in ("properties", "required", "patternProperties")):
-        return False
-    return True
-
-
 def _patterns(n: dict) -> dict:
     p = n.get("patternProperties")
     return p if isinstance(p, dict) else {}
@@ -375,14 +365,14 @@ def _value_of(n: dict, name: str, strict: bool) -> Any:
                 return schema
         except PatternProblem:
             raise _Inexpressible("objects whose patternProperties tagjit cannot read") from None
-    return _extra(n, strict)
+    return undeclared_schema(n, strict)
 
 
 def _undeclared(n: dict, strict: bool) -> list[tuple[dict, Any]]:
     """(language, schema) for the names a normalised object does not declare: its patterns' and the rest's."""
     exprs = [key_expr(k) for k in _patterns(n)]
     rest = all_of([*([negate({"names": list(_props(n))})] if _props(n) else []), *map(negate, exprs)])
-    return [*zip(exprs, _patterns(n).values()), (rest, _extra(n, strict))]
+    return [*zip(exprs, _patterns(n).values()), (rest, undeclared_schema(n, strict))]
 
 
 def _meet(x: dict, y: dict, declared: list[str]) -> bool:
@@ -398,14 +388,9 @@ def _forbids(n: dict, name: str, strict: bool) -> bool:
     props = _props(n)
     if name in props:
         return props[name] is False
-    patterns = n.get("patternProperties")
-    if isinstance(patterns, dict):
-        try:
-            if any(matches(key_expr(key), name) for key in patterns):
-                return False
-        except PatternProblem:
-            return False
-    return _extra(n, strict) is False
+    if any(admits(key, name) for key in _patterns(n)):
+        return False
+    return undeclared_schema(n, strict) is False
 
 
 def _without(a: dict, name: str, strict: bool) -> dict:
@@ -505,7 +490,7 @@ def disjoint(norm: Normalizer, a: Any, b: Any) -> bool:
             if name in pa and name in pb and disjoint(norm, norm.resolve_view(pa[name], "#"),
                                                       norm.resolve_view(pb[name], "#")):
                 return True
-        xa, xb = _extra(a, norm.strict), _extra(b, norm.strict)
+        xa, xb = undeclared_schema(a, norm.strict), undeclared_schema(b, norm.strict)
         for x, px, xx, y, py in ((a, pa, xa, b, pb), (b, pb, xb, a, pa)):
             if any(_forbids(y, name, norm.strict) for name in _required(x)):
                 return True

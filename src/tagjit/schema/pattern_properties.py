@@ -176,6 +176,22 @@ def merge_pattern_objects(norm: Normalizer, a: dict, b: dict, where: str) -> Any
     return out
 
 
+def undeclared_schema(n: dict, strict: bool) -> Any:
+    """What an object gives a name it neither declares nor matches by pattern: ``additionalProperties``, or when
+    absent, nothing under strict mode on an object that declares names (as xgrammar reads it) and any value else."""
+    if "additionalProperties" in n:
+        return n["additionalProperties"]
+    return not (strict and any(k in n for k in ("properties", "required", "patternProperties")))
+
+
+def admits(key: str, name: str) -> bool:
+    """Whether a patternProperties key admits the name (a pattern tagjit cannot read is taken to admit it)."""
+    try:
+        return matches(key_expr(key), name)
+    except PatternProblem:
+        return True
+
+
 def without_names(n: dict, names: list[str], strict: bool) -> dict:
     """Object node ``n`` (not yet normalised) with no member named in ``names``; the caller has checked that ``n``
     requires none of them. A closed object leaves them out of ``properties``; one open to undeclared names keeps its
@@ -183,9 +199,8 @@ def without_names(n: dict, names: list[str], strict: bool) -> dict:
     ``additionalProperties`` took, without ``names``."""
     props = dict(n.get("properties") or {})
     required = [k for k in n["required"] if isinstance(k, str)] if isinstance(n.get("required"), list) else []
-    extra = n.get("additionalProperties", False if strict and ("properties" in n or required or
-                                                               "patternProperties" in n) else True)
-    patterns = n.get("patternProperties") if isinstance(n.get("patternProperties"), dict) else {}
+    extra = undeclared_schema(n, strict)
+    patterns = _pattern_props(n)
     for name in names:
         props.pop(name, None)
     if extra is False and not patterns:
@@ -217,5 +232,5 @@ def _pattern_props(n: dict) -> dict:
     return p if isinstance(p, dict) else {}
 
 
-__all__ = ["wants_exact_keys", "exact_pattern_properties", "merge_pattern_objects", "without_names",
-           "pattern_keys_problem"]
+__all__ = ["wants_exact_keys", "exact_pattern_properties", "merge_pattern_objects", "undeclared_schema", "admits",
+           "without_names", "pattern_keys_problem"]
