@@ -18,8 +18,8 @@ from typing import Any
 import xgrammar as xgr
 
 from tagjit.build.bounded_strings import RULE_PREFIX as LENGTH_PREFIX, counted, length_rules
-from tagjit.build.numbers import (NONINTEGRAL, RANGE_PREFIX, RULE_PREFIX, VALUE_PREFIX, Range, TooLarge, automaton_rules,
-                                  is_number, multiples, own_range, range_rules, value_rules)
+from tagjit.build.numbers import (NONINTEGRAL, RANGE_PREFIX, RULE_PREFIX, VALUE_PREFIX, Range, TooLarge,
+                                  automaton_rules, is_number, multiples, own_range, range_rules, value_rules)
 from tagjit.build.patterns import EXCEPT, RULE_PREFIX as PATTERN_PREFIX, lengths_rules, node_automaton
 from tagjit.build.keys import (PRECOMPUTED_KEY_STATES, RULE_PREFIX as KEY_PREFIX, is_key_text, key_expr, key_rules,
                                key_states)

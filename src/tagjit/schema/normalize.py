@@ -500,7 +500,7 @@ class _Normalizer:
                 k for k in neg if k != "$ref")):
             return n
         target = self._resolve(neg["$ref"], f"{where}/not")
-        if isinstance(target, dict) and "$ref" in json.dumps(target):
+        if any("$ref" in sub for sub, _ in subschemas(target)):
             return n
         return {**n, "not": target}
 
