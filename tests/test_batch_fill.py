@@ -109,3 +109,16 @@ def test_a_request_is_free_exactly_while_it_reasons(service, llama3_info):
     m.reset()  # reasoning again, with its grammar already built
     fill_bitmasks([m], bitmask, [0])
     assert (bitmask[0] == -1).all()
+
+
+def test_a_rollback_across_the_reasoning_end_frees_the_row_again(service, llama3_info):
+    m = Matcher(service.compile(Constraint.of(Kind.JSON, OBJECT)), vocab_size=llama3_info.vocab_size,
+                reasoning_end_ids=[STOP - 1])
+    batch = [m, plain(service, llama3_info)]  # two rows: the batched path
+    bitmask = allocate_token_bitmask(2, llama3_info.vocab_size)
+    assert m.accept_token(STOP - 1)
+    fill_bitmasks(batch, bitmask, [0, 1])
+    assert (bitmask[0] != -1).any()
+    m.rollback(1)
+    fill_bitmasks(batch, bitmask, [0, 1])
+    assert (bitmask[0] == -1).all() and (bitmask[1] != -1).any()

@@ -126,11 +126,14 @@ class TagjitGrammar(BaseGrammarObject):
     @staticmethod
     def fill_vocab_mask_batched(entries: List[Any], vocab_mask: torch.Tensor) -> None:
         """Fill every listed row in one call (SGLang's mask step): xgrammar's batch matcher for plain grammars."""
-        ours = [e for e in entries if isinstance(e.grammar, TagjitGrammar)]
+        matchers, rows = [], []
         for e in entries:
-            if not isinstance(e.grammar, TagjitGrammar):
+            if isinstance(e.grammar, TagjitGrammar):
+                matchers.append(e.grammar.matcher_for_fill())
+                rows.append(e.row)
+            else:
                 e.grammar.fill_vocab_mask(vocab_mask, e.row)
-        engine.fill_bitmasks([e.grammar.matcher_for_fill() for e in ours], vocab_mask, [e.row for e in ours])
+        engine.fill_bitmasks(matchers, vocab_mask, rows)
 
     def matcher_for_fill(self) -> engine.Matcher:
         """The core matcher about to fill this request's row (its first fill teaches the JIT policy)."""

@@ -168,17 +168,18 @@ def patch_batch_fill() -> None:
 
         from ..backend import TagjitGrammar
 
-        ours, rest = [], []
+        matchers, rows, rest = [], [], []
         for item in batch:  # (grammar, index, apply) on 0.32; 0.33 adds the reasoning rows' masked ids
-            grammar, _, apply = item[:3]
-            if apply and isinstance(grammar, TagjitGrammar) and not grammar.is_terminated():
-                ours.append(item)
+            grammar = item[0]
+            if item[2] and isinstance(grammar, TagjitGrammar) and not grammar.is_terminated():
+                matchers.append(grammar.matcher_for_fill())
+                rows.append(item[1])
             else:
                 rest.append(item)
         if rest:
             original_fill(self, rest)
-        if ours:
-            fill_bitmasks([g.matcher_for_fill() for g, *_ in ours], self._grammar_bitmask, [i for _, i, *_ in ours])
+        if matchers:
+            fill_bitmasks(matchers, self._grammar_bitmask, rows)
 
     @functools.wraps(original_submit)
     def _async_submit_fill_bitmask(self: StructuredOutputManager, batch: Any) -> Any:

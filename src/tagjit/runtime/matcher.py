@@ -115,6 +115,8 @@ class Matcher:
         # The xgrammar matcher whose mask is this request's whole mask (no filter, not composite), once known:
         # the batch fill's fast path.
         self._plain: xgr.GrammarMatcher | None = None
+        # _plain while the output is constrained (not in its reasoning section): all a step's fill reads per row.
+        self._fast: xgr.GrammarMatcher | None = None
         self.error: BaseException | None = None
         self.waited_ms = 0.0
         self._reset_state()
@@ -125,6 +127,7 @@ class Matcher:
         # One entry per accepted token: (fed to the matcher?, reasoning progress before it).
         self._history: list[tuple[bool, int]] = []
         self._reasoning_progress = 0 if self._reasoning_end else -1  # -1: constrained
+        self._fast = None if self._reasoning_end else self._plain
 
     # -- lifecycle ---------------------------------------------------------------------------
     def ready(self) -> bool:
@@ -155,13 +158,17 @@ class Matcher:
         self._filter = spec.new(compiled.tokenizer_info) if spec is not None else None
         if self._filter is None and type(self._matcher) is xgr.GrammarMatcher:
             self._plain = self._matcher
+            self._sync_fast()
         return self._matcher
+
+    def _sync_fast(self) -> None:
+        self._fast = self._plain if self._reasoning_progress < 0 else None
 
     def _lose(self, e: ConstraintError) -> None:
         # As a compile that failed before the first mask: from here the request may only stop.
         log.error("tagjit: grammar unavailable (%s); the request may only stop", e)
         self.error = e
-        self._matcher = self._plain = self._filter = None
+        self._matcher = self._plain = self._fast = self._filter = None
 
     def copy(self) -> "Matcher":
         """A fresh, un-advanced grammar over the same compiled constraint."""
@@ -182,6 +189,7 @@ class Matcher:
             else:
                 progress = 1 if token == end[0] else 0
             self._reasoning_progress = -1 if progress == len(end) else progress
+            self._sync_fast()
             self._history.append((False, before))
             self.num_processed_tokens += 1
             return True
@@ -256,6 +264,7 @@ class Matcher:
                 self._filter.rollback(fed)
         self.num_processed_tokens -= num_tokens
         self._terminated = self._matcher.is_terminated() if self._matcher is not None else False
+        self._sync_fast()
 
     def reset(self) -> None:
         """Return to the initial state."""
@@ -288,6 +297,7 @@ class Matcher:
             inner = switch() if switch is not None else None
             if inner is not None:
                 self._plain = inner
+                self._sync_fast()
                 return inner
         try:
             matcher.fill_next_token_bitmask(bitmask, index)
@@ -313,7 +323,8 @@ class Matcher:
         return self._reasoning_progress >= 0
 
 
-_batch_matchers: dict[int, xgr.BatchGrammarMatcher] = {}
+# One batch matcher per filling thread: xgrammar's owns a thread pool and is not meant to be shared.
+_per_thread = threading.local()
 
 
 # The fill metric samples one call in this many: a Prometheus observe costs about a microsecond, more than
@@ -333,31 +344,46 @@ def fill_bitmasks(matchers: Sequence[Matcher], bitmask: torch.Tensor, indices: S
     _fill_calls += 1
     timed = _fill_calls % FILL_SAMPLE_EVERY == 0
     start = time.perf_counter() if timed else 0.0
-    plain: list[xgr.GrammarMatcher] = []
-    rows: list[int] = []
-    for m, index in zip(matchers, indices):
-        inner = m._plain
-        if inner is None or m._reasoning_progress >= 0:
-            inner = m._plain_or_fill(bitmask, index)
-            if inner is None:
-                continue
-        plain.append(inner)
-        rows.append(index)
-    if len(plain) == 1:
-        plain[0].fill_next_token_bitmask(bitmask, rows[0])
-    elif plain:
-        _batch_matcher().batch_fill_next_token_bitmask(plain, bitmask, rows)
+    # The hot path (every row a plain, constrained xgrammar matcher) reads one attribute per row.
+    if len(matchers) == 1:
+        inner = matchers[0]._fast
+        if inner is None:
+            inner = matchers[0]._plain_or_fill(bitmask, indices[0])
+        if inner is not None:
+            inner.fill_next_token_bitmask(bitmask, indices[0])
+    elif matchers:
+        plain = [m._fast for m in matchers]
+        if all(plain):
+            rows = indices if type(indices) is list else list(indices)
+        else:
+            plain, rows = _plain_rows(matchers, bitmask, indices)
+        if plain:
+            _batch_matcher().batch_fill_next_token_bitmask(plain, bitmask, rows)
     if timed and matchers:
         metrics.MASK_FILL_US.observe((time.perf_counter() - start) * 1e6 / len(matchers))
 
 
+def _plain_rows(matchers: Sequence[Matcher], bitmask: torch.Tensor, indices: Sequence[int]
+                ) -> tuple[list[xgr.GrammarMatcher], list[int]]:
+    """Fill the rows no plain xgrammar matcher can (waiting for a JIT compile first); the others' matchers and rows."""
+    plain: list[xgr.GrammarMatcher] = []
+    rows: list[int] = []
+    for m, index in zip(matchers, indices):
+        inner = m._fast
+        if inner is None:
+            inner = m._plain_or_fill(bitmask, index)
+        if inner is not None:
+            plain.append(inner)
+            rows.append(index)
+    return plain, rows
+
+
 def _batch_matcher() -> xgr.BatchGrammarMatcher:
-    # One per filling thread: xgrammar's batch matcher owns a thread pool and is not meant to be shared.
-    key = threading.get_ident()
-    batch = _batch_matchers.get(key)
-    if batch is None:
-        batch = _batch_matchers[key] = xgr.BatchGrammarMatcher()
-    return batch
+    try:
+        return _per_thread.batch
+    except AttributeError:
+        _per_thread.batch = xgr.BatchGrammarMatcher()
+        return _per_thread.batch
 
 
 def _bit(i: int) -> int:
