@@ -43,8 +43,9 @@ MASKBENCH = os.path.join(DATA, "jsonschemabench", "maskbench")
 SPACED = (", ", ": ")
 COMPACT = (",", ":")
 TOOLS_PER_REQUEST = 4
+DEFAULT = "tagjit ws=1 (default)"
 # tagjit's whitespace settings (label: Settings.max_whitespace); 8 was the default before 1.
-WHITESPACE = {"tagjit ws=1 (default)": 1, "tagjit ws=8": 8, "tagjit ws=2": 2, "tagjit ws=0": 0, "tagjit ws=any": None}
+WHITESPACE = {DEFAULT: 1, "tagjit ws=8": 8, "tagjit ws=2": 2, "tagjit ws=0": 0, "tagjit ws=any": None}
 # Tool tags compile per tool; by default the whole tag also compiles in the background and each request switches to
 # it. The default rows measure after the switch (the walk waits for that compile); this row never switches.
 PARTS_ONLY = "tagjit ws=1, per-tool parts only"
@@ -291,6 +292,45 @@ def measure(impl: Impl, ready: list[tuple[Case, list[int]]], batch: int, steps: 
     return steady, first
 
 
+def wrapper_cost(impl: Tagjit, ready: list[tuple[Case, list[int]]], batch: int, steps: int, bitmask: torch.Tensor
+                 ) -> list[float]:
+    """Per-request microseconds tagjit's ``fill_bitmasks`` adds to the xgrammar calls it makes, paired step by step:
+    each step fills the same masks through tagjit and through bare xgrammar calls on the matchers tagjit holds
+    (order alternating), so grammar cost and machine drift cancel. Empty where a row has no plain matcher."""
+    picked = [ready[i % len(ready)] for i in range(batch)]
+    matchers = [impl.matcher(c) for c, _ in picked]
+    rows = list(range(batch))
+    fill_bitmasks(matchers, bitmask, rows)  # the first fill: a tool tag's switch to its whole grammar
+    inner = [m._fast for m in matchers]
+    if not all(inner):
+        return []
+    bare = xgr.BatchGrammarMatcher()
+
+    def bare_fill() -> None:
+        if batch == 1:
+            inner[0].fill_next_token_bitmask(bitmask, 0)
+        else:
+            bare.batch_fill_next_token_bitmask(inner, bitmask, rows)
+
+    pos = [0] * batch
+    out: list[float] = []
+    for step in range(steps):
+        t0 = time.perf_counter()
+        (fill_bitmasks(matchers, bitmask, rows) if step % 2 else bare_fill())
+        t1 = time.perf_counter()
+        (bare_fill() if step % 2 else fill_bitmasks(matchers, bitmask, rows))
+        t2 = time.perf_counter()
+        tagjit_s, bare_s = (t1 - t0, t2 - t1) if step % 2 else (t2 - t1, t1 - t0)
+        out.append((tagjit_s - bare_s) * 1e6 / batch)
+        for i, (m, (_, toks)) in enumerate(zip(matchers, picked)):
+            impl.accept(m, toks[pos[i]])
+            pos[i] += 1
+            if pos[i] == len(toks):
+                impl.reset(m)
+                pos[i] = 0
+    return out
+
+
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
@@ -347,13 +387,40 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {impl.name:22s} {workload:5s} batch {b:3d}: median {r.median_us:7.2f} us, p99 {r.p99_us:8.2f} us"
                       f"  ({r.requests} requests, {rejected} refused)", file=sys.stderr, flush=True)
     print_table(rows, batches)
+    wrapper = measure_wrapper([i for i in impls if i.name == DEFAULT], workloads, encode, batches, a.steps, bitmask)
     if a.json:
         os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
         with open(a.json, "w") as f:
-            json.dump({"tokenizer": a.tokenizer, "vocab_size": info.vocab_size, "rows": [asdict(r) for r in rows]}, f, indent=1)
+            json.dump({"tokenizer": a.tokenizer, "vocab_size": info.vocab_size, "rows": [asdict(r) for r in rows],
+                       "wrapper": wrapper}, f, indent=1)
     if a.plot:
         plot(rows, batches, a.plot)
     return 0
+
+
+def measure_wrapper(impls: list[Impl], workloads: dict[str, list[Case]], encode: Callable[[str], list[int]],
+                    batches: list[int], steps: int, bitmask: torch.Tensor) -> list[dict]:
+    """``wrapper_cost`` of tagjit's default at each workload and batch, printed as a table; its rows."""
+    out: list[dict] = []
+    for impl in impls:
+        assert isinstance(impl, Tagjit)
+        for workload, cases in workloads.items():
+            ready, _ = prepare(impl, cases, encode, bitmask)
+            for b in batches:
+                xs = wrapper_cost(impl, ready, b, 4 * steps, bitmask) if ready else []
+                if xs:
+                    out.append({"workload": workload, "batch": b, "samples": len(xs),
+                                "median_us": statistics.median(xs), "p99_us": pct(xs, 0.99)})
+    if out:
+        print("\ntagjit's wrapper: microseconds per request that fill_bitmasks adds to the xgrammar calls it makes "
+              "(paired per step), median / p99")
+        print("| workload | " + " | ".join(f"batch {b}" for b in batches) + " |")
+        print("|" + "---|" * (len(batches) + 1))
+        for workload in dict.fromkeys(r["workload"] for r in out):
+            cells = [next((f"{r['median_us']:.2f} / {r['p99_us']:.1f}" for r in out
+                           if (r["workload"], r["batch"]) == (workload, b)), "-") for b in batches]
+            print(f"| {workload} | " + " | ".join(cells) + " |")
+    return out
 
 
 def print_table(rows: list[Row], batches: list[int]) -> None:
