@@ -36,6 +36,7 @@ import xgrammar as xgr
 
 from tagjit.engine import (CompileService, Constraint, ConstraintError, Kind, allocate_token_bitmask,
                            build_tool_tag_json, fill_bitmasks, get_settings, load_format, load_tokenizer_info)
+from tagjit.runtime import matcher as matcher_module
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "..", "shared", "data")
@@ -304,7 +305,7 @@ def wrapper_cost(impl: Tagjit, ready: list[tuple[Case, list[int]]], batch: int, 
     inner = [m._fast for m in matchers]
     if not all(inner):
         return []
-    bare = xgr.BatchGrammarMatcher()
+    bare = matcher_module._batch_matcher()  # the same pool (its threads) as tagjit's fill
 
     def bare_fill() -> None:
         if batch == 1:
