@@ -15,7 +15,8 @@ A request that reaches the end of its text starts again, so a batch stays full.
 
 xgrammar and llguidance run with vLLM's defaults (any whitespace); llguidance has no tool-tag row (vLLM's
 guidance backend does not take tagjit's structural tags). The first step of every walk is reported apart
-(``first``), since it includes matcher set-up work the steady steps do not.
+(``first``), since it includes matcher set-up work the steady steps do not. A last table gives tagjit's own
+wrapper: what ``fill_bitmasks`` adds per request to the xgrammar calls it makes (``wrapper_cost``, paired per step).
 """
 
 from __future__ import annotations
