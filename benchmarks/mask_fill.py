@@ -285,12 +285,7 @@ def measure(impl: Impl, ready: list[tuple[Case, list[int]]], batch: int, steps: 
         t0 = time.perf_counter()
         impl.fill(matchers, bitmask)
         (first if at_start else steady).append((time.perf_counter() - t0) * 1e6 / batch)
-        for i, (m, (_, toks)) in enumerate(zip(matchers, picked)):
-            impl.accept(m, toks[pos[i]])
-            pos[i] += 1
-            if pos[i] == len(toks):
-                impl.reset(m)
-                pos[i] = 0
+        advance(impl, matchers, picked, pos)
     return steady, first
 
 
@@ -324,13 +319,18 @@ def wrapper_cost(impl: Tagjit, ready: list[tuple[Case, list[int]]], batch: int, 
         t2 = time.perf_counter()
         tagjit_s, bare_s = (t1 - t0, t2 - t1) if step % 2 else (t2 - t1, t1 - t0)
         out.append((tagjit_s - bare_s) * 1e6 / batch)
-        for i, (m, (_, toks)) in enumerate(zip(matchers, picked)):
-            impl.accept(m, toks[pos[i]])
-            pos[i] += 1
-            if pos[i] == len(toks):
-                impl.reset(m)
-                pos[i] = 0
+        advance(impl, matchers, picked, pos)
     return out
+
+
+def advance(impl: Impl, matchers: list[Any], picked: list[tuple[Case, list[int]]], pos: list[int]) -> None:
+    """One lock step: each request accepts its next token; one at the end of its text starts again."""
+    for i, (m, (_, toks)) in enumerate(zip(matchers, picked)):
+        impl.accept(m, toks[pos[i]])
+        pos[i] += 1
+        if pos[i] == len(toks):
+            impl.reset(m)
+            pos[i] = 0
 
 
 def pct(xs: list[float], q: float) -> float:
