@@ -55,6 +55,19 @@ def test_missing_required_key_is_rejected(service):
     assert not accepts(service, PERSON, '{"nick": "b", "name": "a"}')
 
 
+def test_whitespace_after_a_value_is_refused_while_the_object_cannot_close(service):
+    g = service.grammar(Constraint.of("json", PERSON))
+    assert g.accept_string('{"age": 1') and not g.accept_string(" ")  # only "," can follow: "name" is missing
+    assert g.accept_string(', "name": "a"') and g.accept_string(" ") and g.accept_string("}") and g.is_completed()
+
+
+def test_whitespace_before_a_colon_or_comma_is_refused_under_bounded_whitespace(service, llama3_info):
+    assert not accepts(service, PERSON, '{"age" : 1, "name": "a"}')
+    assert not accepts(service, PERSON, '{"age": 1 , "name": "a"}')
+    free = CompileService(llama3_info, UNHURRIED.replace(max_whitespace=None))
+    assert accepts(free, PERSON, '{"age" : 1 , "name": "a"}')
+
+
 def test_repeated_key_is_rejected(service):
     assert not accepts(service, PERSON, '{"age": 1, "name": "a", "age": 2}')
 

@@ -14,7 +14,7 @@ import xgrammar as xgr
 
 from tagjit.build.printed import (PrinterChanged, bound_numbers, ebnf_admits, fix_string_lengths, json_string_shape,
                                   regex_patterns, reroot_any_of, split_root, string_body, string_literals,
-                                  without_lt)
+                                  tighten_separators, without_lt)
 
 
 def printed(schema: dict) -> str:
@@ -186,3 +186,17 @@ def test_a_key_regex_printed_another_way_is_a_printer_change():
 
     with pytest.raises(PrinterChanged):
         swap_key_regexes('r ::= Regex("__tagjit_own_k_0__")', {"__tagjit_own_k_0__": "k"})
+
+
+@pytest.mark.parametrize("bound", [1, 2])
+def test_bounded_whitespace_before_separators_is_printed_as_slots_the_tightening_takes_out(bound):
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "array", "items": {}}},
+              "required": ["a", "b"]}
+    loose = xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=True, max_whitespace_cnt=bound)
+    tight = tighten_separators(loose)
+    for text in ('{"a" : 1, "b": []}', '{"a": 1 , "b": []}', '{"a": 1, "b": [1 , 2]}', '{"a": 1, "b": [{"c" : 1}]}'):
+        assert accepts(loose, text) and not accepts(tight, text)
+    pad = " " * bound
+    spelled = ['{"a":1,"b":[1,2]}', '{"a": 1, "b": [1, 2]}', f'{{{pad}"a":{pad}1,{pad}"b":{pad}[{pad}1,{pad}2{pad}]{pad}}}',
+               '{\n"a": 1,\n"b": [{"c": "x"}]\n}']
+    assert all(accepts(tight, text) for text in spelled)

@@ -19,6 +19,18 @@ def test_default_accepts_the_usual_spellings(service, text):
     assert accepts(service, text)
 
 
+def test_default_refuses_whitespace_before_a_colon_or_comma_where_no_printer_puts_it(service):
+    assert accepts(service, '{"a": 1 }')
+    assert not accepts(service, '{"a" : 1}')
+    g = Matcher(service.compile(Constraint.of(Kind.JSON_OBJECT, "")), vocab_size=service.vocab_size)
+    assert g.accept_string('{"a": [1, 2], "b": 2') and not g.accept_string(' ,')
+
+
+def test_unbounded_whitespace_is_allowed_before_a_colon(llama3_info):
+    free = CompileService(llama3_info, UNHURRIED.replace(max_whitespace=None))
+    assert accepts(free, '{"a" : 1}')
+
+
 def test_default_refuses_indentation(service):
     assert not accepts(service, '{\n    "a": 1\n}')
 

@@ -29,4 +29,4 @@ def build(schema: dict, settings: Settings) -> Built:
     if not plan.ao:
         return Built(xgr_json(strip_keywords(schema), settings))
     ebnf = AnyOrderEbnf(plan, settings).text()
-    return Built(xgr.Grammar.from_ebnf(ebnf), AnyOrderSpec(plan.root_val))
+    return Built(xgr.Grammar.from_ebnf(ebnf), AnyOrderSpec(plan.root_val, tight=settings.max_whitespace is not None))

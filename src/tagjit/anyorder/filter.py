@@ -6,7 +6,7 @@ any-order object already has.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import xgrammar as xgr
@@ -70,6 +70,10 @@ def _step(mode: int, stack: list, data: bytes) -> int:
         b = data[i]
         i += 1
         if b in _WS:
+            # Bounded whitespace has none before "," (tighten_separators): after a value, whitespace leads only to
+            # the "}", which an object that cannot close yet refuses.
+            if _ws_breaks(stack):
+                return _REJECT
             continue
         kind = top[0]
         if kind == _X:
@@ -140,6 +144,17 @@ def _step(mode: int, stack: list, data: bytes) -> int:
         if mode == _REJECT:
             return _REJECT
     return mode
+
+
+# The token classes that matter where whitespace breaks a rule (see vocab.VocabTables).
+_COUNTING_WS = {"S": "Sw", "SE": "SEw", "L": "Lw", "Nall": "Nw"}
+
+
+def _ws_breaks(stack: Sequence[tuple]) -> bool:
+    """Whether whitespace now breaks a rule: bounded whitespace (none before ","), after a value of an object
+    that cannot close yet."""
+    top = stack[-1]
+    return stack[0][3] and top[0] == _O and top[2] == _AFTER and not _can_close(top)
 
 
 def _can_close(top: tuple) -> bool:
@@ -226,8 +241,8 @@ def _close_key(stack: list, top: tuple, obj: Obj, t: int, raw: bytes) -> int:
     return _N
 
 
-def _initial(root: Val | None) -> State:
-    return (_N, ((_R, root, _VALUE),))
+def _initial(root: Val | None, tight: bool) -> State:
+    return (_N, ((_R, root, _VALUE, tight),))  # tight: bounded whitespace, none before "," or ":"
 
 
 def step_state(state: State, data: bytes) -> State | None:
@@ -243,20 +258,21 @@ def step_state(state: State, data: bytes) -> State | None:
 class AnyOrderSpec:
     """FilterSpec of a schema with any-order objects (vocabulary-independent, shared by requests)."""
 
-    def __init__(self, root: Val | None) -> None:
+    def __init__(self, root: Val | None, tight: bool = False) -> None:
         self.root = root
+        self.tight = tight
 
     def new(self, tokenizer_info: xgr.TokenizerInfo) -> "AnyOrderFilter":
         """A filter in its initial state for this vocabulary."""
-        return AnyOrderFilter(self.root, vocab_tables(tokenizer_info))
+        return AnyOrderFilter(self.root, vocab_tables(tokenizer_info), self.tight)
 
 
 class AnyOrderFilter:
     """Per-request key bookkeeping of any-order objects (a TokenFilter)."""
 
-    def __init__(self, root: Val | None, vocab: VocabTables) -> None:
+    def __init__(self, root: Val | None, vocab: VocabTables, tight: bool = False) -> None:
         self._vocab = vocab
-        self._initial = _initial(root)
+        self._initial = _initial(root, tight)
         self._history: list[State] = [self._initial]
         self._verdicts: dict[State, dict[int, bool]] = {}
         self._clears: dict[tuple, list[tuple[int, int]]] = {}
@@ -306,7 +322,10 @@ class AnyOrderFilter:
         if top[0] == _R and top[2] == _AFTER and mode != _L:
             return
         row = bitmask[index].numpy() if hasattr(bitmask, "numpy") else bitmask[index]
-        rel = self._vocab.relevant[self._relevance(mode, top)]
+        relevance = self._relevance(mode, top)
+        if _ws_breaks(stack):
+            relevance = _COUNTING_WS.get(relevance, relevance)
+        rel = self._vocab.relevant[relevance]
         width = min(len(row), len(rel))
         hit = row[:width] & rel[:width]
         words = np.flatnonzero(hit)

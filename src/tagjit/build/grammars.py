@@ -16,7 +16,7 @@ from tagjit.errors import CompileLimitError, ConstraintError, UnsupportedFeature
 from tagjit.schema.relax import NAMES, Relaxation, allowed_by, family, relax
 from tagjit.settings import Settings, relax_names
 from tagjit.constraint import Constraint, Kind, compact_json
-from tagjit.build.printed import fix_string_lengths
+from tagjit.build.printed import fix_string_lengths, tighten_separators
 
 def build_grammar(constraint: Constraint, settings: Settings) -> Built:
     """Build the xgrammar Grammar for a constraint, raising ConstraintError with the reason."""
@@ -51,8 +51,12 @@ def json_schema_grammar(schema: dict | bool, settings: Settings) -> Built:
 def prepared_json_grammar(schema: dict | bool, settings: Settings) -> xgr.Grammar:
     """xgrammar's grammar of a prepared schema, with tagjit's own rules spliced in where xgrammar is not exact."""
     lifted, own = lift(schema)
-    return fix_string_lengths(own.splice(xgr.Grammar.from_json_schema(
-        json.dumps(lifted), strict_mode=settings.strict_mode, **whitespace_options(settings))))
+    return _separators(fix_string_lengths(own.splice(xgr.Grammar.from_json_schema(
+        json.dumps(lifted), strict_mode=settings.strict_mode, **whitespace_options(settings)))), settings)
+
+
+def _separators(grammar: xgr.Grammar, settings: Settings) -> xgr.Grammar:
+    return tighten_separators(grammar) if settings.max_whitespace else grammar
 
 
 def whitespace_options(settings: Settings) -> dict[str, Any]:
@@ -104,7 +108,7 @@ def _requested_relaxations(schema: Any) -> list[str]:
 
 
 def _json_object(c: Constraint, s: Settings) -> xgr.Grammar:
-    return xgr.Grammar.from_json_schema('{"type": "object"}', strict_mode=False, **whitespace_options(s))
+    return _separators(xgr.Grammar.from_json_schema('{"type": "object"}', strict_mode=False, **whitespace_options(s)), s)
 
 
 # Longest regex and most choices tagjit compiles (Python's own regex compile of a 100k-alternative
