@@ -101,7 +101,8 @@ def rejected_token(constraint: dict, text: str) -> dict:
 
 def masks_vs_xgrammar(constraint: dict, text: str, max_whitespace: int) -> dict:
     """Step through text: tagjit's mask vs SGLang's xgrammar backend's mask at every token, both under SGLang's
-    ``--constrained-json-max-whitespace-cnt``."""
+    ``--constrained-json-max-whitespace-cnt``; where they differ, whether tagjit's allows less and every token only
+    xgrammar's allows holds whitespace (tagjit puts none before "," and ":")."""
     from sglang.srt.constrained.xgrammar_backend import XGrammarGrammarBackend
 
     mgr = S.manager(constrained_json_max_whitespace_cnt=max_whitespace)
@@ -110,16 +111,22 @@ def masks_vs_xgrammar(constraint: dict, text: str, max_whitespace: int) -> dict:
                                 max_whitespace_cnt=max_whitespace)
     (key_type, key_string), = [(k.replace("json_schema", "json"), v) for k, v in constraint.items()]
     x = xb._init_value_dispatch((key_type, key_string), False)
-    steps, differing = 0, []
+    steps, differing, subset, whitespace = 0, [], True, True
     for t in S.encode(text) + [S.EOS]:
         a, b = S.mask_rows([g]), x.allocate_vocab_mask(S.MODEL_VOCAB, 1, "cpu")
         x.fill_vocab_mask(b, 0)
         if not torch.equal(a, b):
             differing.append(steps)
+            subset = subset and torch.equal(a & b, a)
+            only_x = (b & ~a)[0].numpy().view("uint32")
+            ids = [w * 32 + k for w in only_x.nonzero()[0].tolist() for k in range(32) if int(only_x[w]) >> k & 1]
+            with_whitespace = all(set(S.tokenizer().decode([i])) & set(" \t\r\n") for i in ids)
+            whitespace = whitespace and with_whitespace
         g.accept_token(t)
         x.accept_token(t)
         steps += 1
-    return {"steps": steps, "differing": differing, "both_terminated": g.is_terminated() and x.is_terminated()}
+    return {"steps": steps, "differing": differing, "subset": subset, "whitespace": whitespace,
+            "both_terminated": g.is_terminated() and x.is_terminated()}
 
 
 def apply_matches_xgrammar(constraint: dict) -> bool:
