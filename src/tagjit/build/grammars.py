@@ -16,7 +16,7 @@ from tagjit.errors import CompileLimitError, ConstraintError, UnsupportedFeature
 from tagjit.schema.relax import NAMES, Relaxation, allowed_by, family, relax
 from tagjit.settings import Settings, relax_names
 from tagjit.constraint import Constraint, Kind, compact_json
-from tagjit.build.printed import fix_string_lengths, tighten_separators
+from tagjit.build.printed import fix_string_lengths, repair_json
 
 def build_grammar(constraint: Constraint, settings: Settings) -> Built:
     """Build the xgrammar Grammar for a constraint, raising ConstraintError with the reason."""
@@ -51,12 +51,9 @@ def json_schema_grammar(schema: dict | bool, settings: Settings) -> Built:
 def prepared_json_grammar(schema: dict | bool, settings: Settings) -> xgr.Grammar:
     """xgrammar's grammar of a prepared schema, with tagjit's own rules spliced in where xgrammar is not exact."""
     lifted, own = lift(schema)
-    return _separators(fix_string_lengths(own.splice(xgr.Grammar.from_json_schema(
-        json.dumps(lifted), strict_mode=settings.strict_mode, **whitespace_options(settings)))), settings)
-
-
-def _separators(grammar: xgr.Grammar, settings: Settings) -> xgr.Grammar:
-    return tighten_separators(grammar) if settings.max_whitespace else grammar
+    return repair_json(own.splice(xgr.Grammar.from_json_schema(
+        json.dumps(lifted), strict_mode=settings.strict_mode, **whitespace_options(settings))),
+        bounded_whitespace=bool(settings.max_whitespace))
 
 
 def whitespace_options(settings: Settings) -> dict[str, Any]:
@@ -108,7 +105,8 @@ def _requested_relaxations(schema: Any) -> list[str]:
 
 
 def _json_object(c: Constraint, s: Settings) -> xgr.Grammar:
-    return _separators(xgr.Grammar.from_json_schema('{"type": "object"}', strict_mode=False, **whitespace_options(s)), s)
+    return repair_json(xgr.Grammar.from_json_schema('{"type": "object"}', strict_mode=False, **whitespace_options(s)),
+                       bounded_whitespace=bool(s.max_whitespace))
 
 
 # Longest regex and most choices tagjit compiles (Python's own regex compile of a 100k-alternative

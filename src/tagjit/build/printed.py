@@ -36,10 +36,16 @@ _BOUNDED_CHAR = r'[^\"\\\0-\x1f]'
 
 def fix_string_lengths(grammar: xgr.Grammar) -> xgr.Grammar:
     """Make every length-bounded JSON string rule refuse raw control characters (invalid JSON)."""
+    return repair_json(grammar, bounded_whitespace=False)
+
+
+def repair_json(grammar: xgr.Grammar, bounded_whitespace: bool) -> xgr.Grammar:
+    """``fix_string_lengths`` and, under bounded whitespace, ``tighten_separators``: one print, at most one parse."""
     text = str(grammar)
-    if _XGR_LENGTH_CHAR not in text:
-        return grammar
-    return xgr.Grammar.from_ebnf(text.replace(_XGR_LENGTH_CHAR, _BOUNDED_CHAR), root_rule_name="root")
+    edited = text.replace(_XGR_LENGTH_CHAR, _BOUNDED_CHAR)
+    if bounded_whitespace:
+        edited = _tightened(edited)
+    return grammar if edited == text else xgr.Grammar.from_ebnf(edited, root_rule_name="root")
 
 
 # xgrammar 0.2.8 writes each bounded whitespace slot as a rule of its own, one per place: ("" | ([ \n\r\t])) with a
@@ -56,11 +62,15 @@ def tighten_separators(grammar: xgr.Grammar) -> xgr.Grammar:
     (``benchmarks/mask_fill.py``). Whitespace after ``{ [ , :`` and before ``} ]`` stays as bounded as before.
     """
     text = str(grammar)
+    tightened = _tightened(text)
+    return grammar if tightened == text else xgr.Grammar.from_ebnf(tightened, root_rule_name="root")
+
+
+def _tightened(text: str) -> str:
     slots = set(_WHITESPACE_RULE.findall(text))
     if not slots:
-        return grammar
-    tightened = _SLOT_BEFORE_SEPARATOR.sub(lambda m: "" if m.group(1) in slots else m.group(0), text)
-    return grammar if tightened == text else xgr.Grammar.from_ebnf(tightened, root_rule_name="root")
+        return text
+    return _SLOT_BEFORE_SEPARATOR.sub(lambda m: "" if m.group(1) in slots else m.group(0), text)
 
 
 _SLOT_BEFORE_SEPARATOR = re.compile(r'(?<![\w.-])(\w+)(?:\{0, \d+\})? (?="[,:]")')
