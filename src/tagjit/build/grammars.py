@@ -158,7 +158,9 @@ def _structural_tag(c: Constraint, s: Settings) -> xgr.Grammar:
     if "format" not in tag:
         raise ConstraintError("structural_tag needs a 'format' (or legacy 'structures' and 'triggers')")
     tag = {"type": "structural_tag", "format": _prepare_format(tag["format"], s)}
-    return fix_string_lengths(xgr.Grammar.from_structural_tag(json.dumps(tag)))
+    # Bounded whitespace in JSON content follows tagjit's rule (none before ',' and ':') in every tag, so a tool's
+    # per-tool unit and the whole tag it switches to tighten alike; unbounded content has no slots to edit.
+    return repair_json(xgr.Grammar.from_structural_tag(json.dumps(tag)), bounded_whitespace=True)
 
 
 def legacy_to_format(tag: dict) -> dict:

@@ -70,10 +70,26 @@ def _tightened(text: str) -> str:
     slots = set(_WHITESPACE_RULE.findall(text))
     if not slots:
         return text
-    return _SLOT_BEFORE_SEPARATOR.sub(lambda m: "" if m.group(1) in slots else m.group(0), text)
+    # From each separator back to the reference before it (``name `` or ``name{0, N} ``): one regex over the whole
+    # text tried every position and cost 4x as much (713k characters for a 200-tool tag: ~100 ms against ~25).
+    pieces, last = [], 0
+    for m in _SEPARATOR.finditer(text):
+        end = m.start()
+        if text[end - 1] == "}":  # a repeated slot
+            end = text.rfind("{0, ", last, end)
+            if end < 0:
+                continue
+        start = end
+        while start > last and (text[start - 1].isalnum() or text[start - 1] == "_"):
+            start -= 1
+        if start < end and text[start - 1] not in ".-" and text[start:end] in slots:
+            pieces.append(text[last:start])
+            last = m.end()
+    pieces.append(text[last:])
+    return "".join(pieces)
 
 
-_SLOT_BEFORE_SEPARATOR = re.compile(r'(?<![\w.-])(\w+)(?:\{0, \d+\})? (?="[,:]")')
+_SEPARATOR = re.compile(r' (?="[,:]")')
 
 
 def swap_const_literals(text: str, rules: Mapping[str, str]) -> tuple[str, list[str]]:
