@@ -10,7 +10,7 @@ import json
 
 import jsonschema
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pools import UNHURRIED
@@ -151,10 +151,13 @@ def test_one_of_a_pattern_and_any_string_takes_the_strings_the_pattern_misses(se
 
 @UNTIMED
 @given(text=st.text(alphabet="ab-.:1\n\"", max_size=7))
+@example(text="b\n")
 def test_one_of_string_sets_agree_with_jsonschema_on_generated_strings(service, text):
     schema = {"oneOf": [{"type": "string", "pattern": "^[ab]+$"}, {"type": "string", "maxLength": 3},
                         {"enum": ["ab", "ba", ":"]}]}
-    assert accepts(service, schema, json.dumps(text)) == jsonschema.Draft202012Validator(schema).is_valid(text)
+    # The judge spells ECMA-262's '$' (end of string) as \Z: Python's '$' also matches before a final newline ("b\n").
+    judge = {"oneOf": [{"type": "string", "pattern": "^[ab]+\\Z"}, *schema["oneOf"][1:]]}
+    assert accepts(service, schema, json.dumps(text)) == jsonschema.Draft202012Validator(judge).is_valid(text)
 
 
 def test_one_of_enums_drop_the_values_both_list(service):
