@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from shared_data import schema_file
+from shared_data import maskbench, schema_file
 from tagjit import CompileService, UnsupportedFeatureError
 from tagjit.constraint import Constraint, Kind
 from tagjit.schema.lint import UNKNOWN_FORMAT, lint_schema
@@ -65,3 +65,17 @@ def test_openapi_and_specification_formats_get_no_lint_note():
 def test_a_specification_format_tagjit_cannot_enforce_is_refused_by_name(service, fmt):
     with pytest.raises(UnsupportedFeatureError, match=f"format: {fmt}"):
         service.grammar(Constraint.of(Kind.JSON, {"type": "string", "format": fmt}))
+
+
+@pytest.mark.parametrize("value,ok", [
+    ("https://example.com/construction/123", True), ("mailto:ada@example.org", True), ("../a/b?q=1#top", True),
+    ("//host/path", True), ("", True), ("a:b c", False), ("https://example.com/a b", False), ("%zz", False)])
+def test_uri_reference_takes_a_uri_or_a_relative_reference(service, value, ok):
+    assert accepts(service, {"type": "string", "format": "uri-reference"}, value) is ok
+
+
+def test_a_real_schema_with_uri_references_takes_its_valid_instances(service):
+    # Github_medium---o81880: "dir" and "url" are uri-references holding absolute URLs (xgrammar takes only relative).
+    raw = maskbench("Github_medium---o81880.json")
+    valid = [t["data"] for t in raw["tests"] if t["valid"]]
+    assert valid and all(accepts(service, raw["schema"], v) for v in valid)

@@ -554,6 +554,7 @@ _DUR_T = "T(?:[0-9]+S|[0-9]+M(?:[0-9]+S)?|[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?)"
 _VAR = f"(?:[a-zA-Z0-9_]|{_PCT})"
 _VARSPEC = f"{_VAR}(?:\\.?{_VAR})*(?::[1-9][0-9]{{0,3}}|\\*)?"
 _POINTER = "(?:/(?:[^/~]|~[01])*)*"
+_URI = f"[a-zA-Z][a-zA-Z+.\\-]*:(?:{_AUTH}|/?(?:{_PCHAR}+(?:/{_PCHAR}*)*)?){_TAIL}"
 _ATEXT = "[a-zA-Z0-9_!#$%&'*+/=?^`{|}~\\-]"
 _OCTET4 = "(?:25[0-5]|2[0-4][0-9]|[01]?[0-9]?[0-9])"
 # RFC 3339 full-date with the days of each month and leap years (xgrammar's "date" accepts 2021-02-31).
@@ -563,8 +564,9 @@ DATE = ("(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|
 BASE64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 # Each format's language, by the characters of the decoded string, as the format alone enforces it: xgrammar's
 # rules read as a regex (its quirks kept: a scheme without digits, lower-case hostnames, 'T' and 'Z' upper case), date
-# as tagjit's exact calendar (DATE), byte as base64. Escapes are the JSON spelling, not the language: the
-# quoted local part of an email is RFC 5321's quoted-pair, json-pointer takes every character but '/' and '~'.
+# as tagjit's exact calendar (DATE), uri-reference as RFC 3986's (a URI too), byte as base64. Escapes are the JSON
+# spelling, not the language: the quoted local part of an email is RFC 5321's quoted-pair, json-pointer takes every
+# character but '/' and '~'.
 _FORMATS = {
     "date-time": f"[0-9]{{4}}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])T{_TIME}",
     "time": _TIME,
@@ -578,8 +580,9 @@ _FORMATS = {
              f"|{_H4}:(?::{_H4}){{1,6}}|:(?:(?::{_H4}){{1,7}}|:)"
              f"|::(?:ffff(?::0{{1,4}})?:)?(?:{_OCTET6}\\.){{3}}{_OCTET6}|(?:{_H4}:){{1,4}}:(?:{_OCTET6}\\.){{3}}{_OCTET6})"),
     "uuid": f"{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}",
-    "uri": f"[a-zA-Z][a-zA-Z+.\\-]*:(?:{_AUTH}|/?(?:{_PCHAR}+(?:/{_PCHAR}*)*)?){_TAIL}",
-    "uri-reference": f"(?:{_AUTH}|/(?:{_PCHAR}+(?:/{_PCHAR}*)*)?|{_NCHAR}+(?:/{_PCHAR}*)*)?{_TAIL}",
+    "uri": _URI,
+    # RFC 3986's URI-reference is a URI or a relative reference; xgrammar's rule takes only the latter.
+    "uri-reference": f"{_URI}|(?:{_AUTH}|/(?:{_PCHAR}+(?:/{_PCHAR}*)*)?|{_NCHAR}+(?:/{_PCHAR}*)*)?{_TAIL}",
     "uri-template": (f"(?:[!#-$&(-;=?-\\[\\]_a-z~]|{_PCT}|\\{{[+#./;?&=,!@|]?{_VARSPEC}(?:,{_VARSPEC})*\\}})*"),
     "json-pointer": _POINTER,
     "relative-json-pointer": f"(?:0|[1-9][0-9]*)(?:#|{_POINTER})",

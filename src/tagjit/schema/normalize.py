@@ -11,14 +11,15 @@ from typing import Any, Iterator
 import jsonschema
 
 from tagjit.build.numbers import multiples
-from tagjit.build.patterns import (BASE64, DATE as _DATE, EXCEPT, PatternProblem, bounds as length_bounds,
+from tagjit.build.patterns import (BASE64, EXCEPT, PatternProblem, bounds as length_bounds,
                                    format_lengths_problem, format_pattern, lengths_automaton, node_automaton,
                                    string_set_empty)
 from tagjit.errors import ConstraintError, EmptySchemaError, UnsupportedFeatureError
 from tagjit.schema.dependencies import DEPENDENCY_KEYWORDS, expand_dependencies
 from tagjit.schema.formats import apply_format
 from tagjit.schema.metaschema import KNOWN_KEYWORDS
-from tagjit.schema.pattern_properties import exact_pattern_properties, merge_pattern_objects, wants_exact_keys
+from tagjit.schema.pattern_properties import (exact_pattern_properties, merge_pattern_objects, undeclared_schema,
+                                             wants_exact_keys)
 from tagjit.schema.keywords import (ANNOTATIONS, KEYS, LISTS, MAPS, PASSIVE, TYPE_KEYWORDS, VALUES, path_text, resolve,
                                     subschemas)
 
@@ -80,7 +81,7 @@ class _Normalizer:
             n["$ref"] = self._anchor_paths[ref]
         if "format" in n and not _byte_lengths(n):
             apply_format(n)
-        _exact_date(n)
+        _exact_format(n)
         condition = _conditional(n, self._draft_7) if not _CONDITIONAL.isdisjoint(n) else None
         if isinstance(n.get("allOf"), list) or condition is not None:
             branches = n.pop("allOf", [])
@@ -124,12 +125,11 @@ class _Normalizer:
         for key in _DEFINITIONS:  # before the properties, whose $refs ask whether a definition accepts a value
             if isinstance(n.get(key), dict):
                 n[key] = {name: self._definition(child, f"{where}/{key}/{name}") for name, child in n[key].items()}
-        for key in MAPS:
-            if key in _DEFINITIONS:
-                continue
-            if key == "properties" and isinstance(n.get(key), dict):
+        # The maps present now: patternProperties that _properties writes come normalised already.
+        for key in [k for k in MAPS if k not in _DEFINITIONS and isinstance(n.get(k), dict)]:
+            if key == "properties":
                 n[key] = self._properties(n, where)
-            elif isinstance(n.get(key), dict):
+            else:
                 n[key] = {name: self.node(child, f"{where}/{key}/{name}") for name, child in n[key].items()}
         for key in LISTS:
             if isinstance(n.get(key), list):
@@ -199,7 +199,8 @@ class _Normalizer:
 
     def _properties(self, n: dict, where: str) -> dict:
         """The normalised properties; an optional one that accepts no value is left out, so that it is forbidden
-        (exact: no valid object has it), where nothing else could let the name in."""
+        (exact: no valid object has it). On an object open to undeclared names the names go to the exact key form
+        (``pattern_properties``), whose language of undeclared names leaves the forbidden one out."""
         out, required, dropped = {}, n.get("required") if isinstance(n.get("required"), list) else (), False
         for name, child in n["properties"].items():
             at = f"{where}/properties/{name}"
@@ -208,9 +209,11 @@ class _Normalizer:
             except EmptySchemaError as e:
                 if name in required:
                     raise EmptySchemaError(f"{e}; it is required at '{where}', so no object satisfies it") from None
-                if n.get("additionalProperties", False) is not False or n.get("patternProperties"):
-                    raise EmptySchemaError(f"{e}; it is optional, but tagjit can forbid it only where "
-                                           "additionalProperties is false or absent") from None
+                if undeclared_schema(n, self.strict) is not False:
+                    # Rare: the properties before this one are normalised once more there.
+                    held = exact_pattern_properties(self, {**n, "patternProperties": {}}, where)
+                    n.update({k: v for k, v in held.items() if k != "properties"})
+                    return held.get("properties", {})
                 log.warning("tagjit: %s; the property is optional, so it is forbidden", e)
                 self.forbidden.append(at)
                 dropped = True
@@ -862,7 +865,7 @@ _BESIDE_OWN_STRING = ("enum", "const", "$ref", "allOf", "anyOf", "oneOf", "not",
 
 def _format_lengths(n: dict, where: str) -> None:
     """``format`` beside minLength/maxLength, enforced by build.patterns: the format's language (as a regex) times
-    the lengths. Alone it becomes its anchored pattern, as ``_exact_date`` does; beside a pattern both stay, for the
+    the lengths. Alone it becomes its anchored pattern, as ``_exact_format`` does; beside a pattern both stay, for the
     splice to intersect them. No string of the length in the format: no value if only strings are allowed, else
     the other types alone. What tagjit cannot write exactly is left for check to refuse by name."""
     fmt = n.get("format")
@@ -1009,7 +1012,10 @@ def _anchors(node: Any, where: str) -> Iterator[tuple[str, str]]:
 _ANCHOR_KEYS = frozenset({"id", "$id", "$anchor"})
 
 
-def _exact_date(n: dict) -> None:
-    if n.get("format") == "date" and "pattern" not in n:
-        del n["format"]
-        n["pattern"] = f"^{_DATE}$"
+# Formats whose xgrammar rule is not the format's language: date takes 2021-02-31, uri-reference no absolute URI.
+_OWN_FORMATS = ("date", "uri-reference")
+
+
+def _exact_format(n: dict) -> None:
+    if n.get("format") in _OWN_FORMATS and "pattern" not in n:
+        n["pattern"] = format_pattern(n.pop("format"))
