@@ -200,3 +200,10 @@ def test_bounded_whitespace_before_separators_is_printed_as_slots_the_tightening
     spelled = ['{"a":1,"b":[1,2]}', '{"a": 1, "b": [1, 2]}', f'{{{pad}"a":{pad}1,{pad}"b":{pad}[{pad}1,{pad}2{pad}]{pad}}}',
                '{\n"a": 1,\n"b": [{"c": "x"}]\n}']
     assert all(accepts(tight, text) for text in spelled)
+
+
+def test_the_tightening_takes_out_only_a_slot_right_before_a_separator():
+    grammar = xgr.Grammar.from_ebnf('root ::= "a" ws{0, 2} x{1, 3} "," ws "b" ws ":" "c" ws{0, 2} ","\n'
+                                    'ws ::= ("" | ([ \\n\\r\\t]))\nx ::= [0-9]\n')
+    tight = tighten_separators(grammar)
+    assert accepts(tight, "a  1, b:c,") and not accepts(tight, "a  1, b :c,") and not accepts(tight, "a  1, b:c ,")

@@ -75,10 +75,11 @@ def _tightened(text: str) -> str:
     pieces, last = [], 0
     for m in _SEPARATOR.finditer(text):
         end = m.start()
-        if text[end - 1] == "}":  # a repeated slot
-            end = text.rfind("{0, ", last, end)
-            if end < 0:
+        if text[end - 1] == "}":  # a repeated slot, name{0, N}; any other repetition is no slot
+            brace = text.rfind("{", last, end)
+            if brace < 0 or not _SLOT_REPEAT.fullmatch(text, brace, end):
                 continue
+            end = brace
         start = end
         while start > last and (text[start - 1].isalnum() or text[start - 1] == "_"):
             start -= 1
@@ -90,6 +91,7 @@ def _tightened(text: str) -> str:
 
 
 _SEPARATOR = re.compile(r' (?="[,:]")')
+_SLOT_REPEAT = re.compile(r"\{0, \d+\}")
 
 
 def swap_const_literals(text: str, rules: Mapping[str, str]) -> tuple[str, list[str]]:
