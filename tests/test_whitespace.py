@@ -1,10 +1,14 @@
 """Whitespace between JSON tokens is bounded by default, and the bound is configurable."""
 
 import pytest
+import xgrammar as xgr
 
 from tagjit import CompileService, Matcher, Settings
+from tagjit.build.grammars import build_grammar
 from tagjit.constraint import Constraint, Kind
+from tagjit.tools import bfcl, build_tool_tag, load_format
 from pools import UNHURRIED
+from shared_data import DATA
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 
@@ -76,11 +80,6 @@ def test_structural_tag_json_content_is_compact_under_compact_settings(llama3_in
 
 def _tool_call_verdicts(service: CompileService, whole: bool) -> list[bool]:
     """Whether a hermes call of a real BFCL tool is accepted with ws before ':' / before ',' / after both."""
-    import xgrammar as xgr
-    from tagjit.build.grammars import build_grammar
-    from tagjit.tools import bfcl, build_tool_tag, load_format
-    from shared_data import DATA
-
     tool = bfcl.load_tools(str(DATA / "bfcl"), 1)[0]  # calculate_triangle_area(base, height, unit)
     c = Constraint.of(Kind.STRUCTURAL_TAG, build_tool_tag(load_format("hermes"), [tool], "required", False,
                                                      service.settings))
