@@ -1,5 +1,5 @@
-"""Token-mask fill time per request: tagjit (each whitespace setting) vs xgrammar's matcher and batch matcher vs
-llguidance, at batch 1, 16 and 256.
+"""Token-mask fill time per request: tagjit (each whitespace setting and json_style) vs xgrammar's matcher and
+batch matcher vs llguidance, at batch 1, 16 and 256.
 
 Every request walks a real text its grammar must accept: a MaskBench valid instance of a JSONSchemaBench schema
 (``json``) or a hermes tool call with a BFCL function's ground-truth arguments, among four BFCL tools
@@ -48,6 +48,8 @@ TOOLS_PER_REQUEST = 4
 DEFAULT = "tagjit ws=1 (default)"
 # tagjit's whitespace settings (label: Settings.max_whitespace); 8 was the default before 1.
 WHITESPACE = {DEFAULT: 1, "tagjit ws=8": 8, "tagjit ws=2": 2, "tagjit ws=0": 0, "tagjit ws=any": None}
+# json_style=dumps: exactly json.dumps's spacing, the walks' own.
+DUMPS = "tagjit json_style=dumps"
 # Tool tags compile per tool; by default the whole tag also compiles in the background and each request switches to
 # it. The default rows measure after the switch (the walk waits for that compile); this row never switches.
 PARTS_ONLY = "tagjit ws=1, per-tool parts only"
@@ -144,12 +146,13 @@ class Impl:
 
 
 class Tagjit(Impl):
-    def __init__(self, name: str, info: xgr.TokenizerInfo, ws: int | None, swap: bool = True) -> None:
+    def __init__(self, name: str, info: xgr.TokenizerInfo, ws: int | None, swap: bool = True,
+                 json_style: str = "free") -> None:
         self.name = name
         # Tool rows with the switch measure a combination that recurs or a long output (the whole tag compiled,
         # composite_swap_after_tokens=0), the parts-only row a new combination's first tokens.
         self.settings = get_settings().replace(max_whitespace=ws, lint=False, composite_swap=swap,
-                                               composite_swap_after_tokens=0)
+                                               composite_swap_after_tokens=0, json_style=json_style)
         self.service = CompileService(info, self.settings)
         self.separators = COMPACT if ws == 0 else SPACED
 
@@ -361,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
     impls: list[Impl] = [Tagjit(label, info, ws) for label, ws in WHITESPACE.items()]
     impls.insert(1, Tagjit(PARTS_ONLY, info, 1, swap=False))
+    impls.insert(2, Tagjit(DUMPS, info, 1, json_style="dumps"))
     impls += [Xgrammar("xgrammar matcher", info, batch=False), Xgrammar("xgrammar batch", info, batch=True)]
     try:
         impls.append(Llguidance("llguidance", tokenizer, info.vocab_size))

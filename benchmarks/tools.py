@@ -13,7 +13,8 @@ reaches. Fresh = the same in a fresh compiler (tagjit: only the per-tokenizer ta
 again (tagjit: tag rebuilt and looked up in its cache; xgrammar: its compiler cache). Median of ``--repeat`` runs,
 tagjit and xgrammar interleaved.
 
-    python benchmarks/tools.py [--tokenizer PATH] [--sizes 1,10,50,200] [--repeat 3] [--json out.json]
+    python benchmarks/tools.py [--tokenizer PATH] [--sizes 1,10,50,200] [--repeat 3] [--json-style dumps]
+                               [--json out.json]
 """
 
 from __future__ import annotations
@@ -121,11 +122,12 @@ def main() -> None:
     ap.add_argument("--sizes", default="1,10,50,200")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2, help="xgrammar compile threads, both sides")
+    ap.add_argument("--json-style", default="free", choices=("free", "dumps"), help="tagjit's json_style")
     ap.add_argument("--json", help="write the rows as JSON here")
     args = ap.parse_args()
 
     info = load_tokenizer_info(args.tokenizer)
-    settings = Settings()
+    settings = Settings(json_style=args.json_style)
     all_tools = bfcl.load_tools(str(DATA / "bfcl"), max(int(s) for s in args.sizes.split(",")) + 1)
     first_tag = all_tools[-1:]  # xgrammar's start: one tool tag compiled before (not among the measured tools)
     rows = []

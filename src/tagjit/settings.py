@@ -14,6 +14,7 @@ ToolScope = Literal["auto", "always"]
 SchemaMode = Literal["default", "auto", "strict"]
 JitMode = Literal["auto", "always", "never"]
 ToolRelax = Literal["relax", "refuse"]
+JsonStyle = Literal["free", "dumps"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,11 @@ class Settings:
 
     1 (compact JSON, ``json.dumps`` spacing, one newline between items) is the largest bound whose masks xgrammar
     precomputes: 2 and more make the states around every separator context-dependent (benchmarks/mask_fill.py)."""
+    json_style: JsonStyle = "free"
+    """free: JSON whitespace as ``max_whitespace`` allows; dumps: exactly the spacing Python's ``json.dumps`` and
+    chat templates' ``tojson`` write (``", "`` and ``": "``, no other whitespace), which xgrammar precomputes best:
+    its masks cost ~0.6-0.7x bound 1's along real JSON walks (benchmarks/mask_fill.py). ``max_whitespace`` 0
+    (compact JSON) wins."""
     strict_mode: bool = True
     """xgrammar strict mode: objects without ``additionalProperties`` take no extra keys."""
     any_order_default: bool = False
@@ -92,6 +98,11 @@ class Settings:
         if max_whitespace is not None:
             return self.replace(max_whitespace=int(max_whitespace))
         return self
+
+    @property
+    def dumps_spacing(self) -> bool:
+        """JSON is spaced exactly as ``json.dumps`` writes it (``json_style`` dumps, unless compact JSON wins)."""
+        return self.json_style == "dumps" and self.max_whitespace != 0
 
     def replace(self, **changes: Any) -> "Settings":
         """Return a copy with some fields changed."""
@@ -209,7 +220,7 @@ _CPU_LIST = re.compile(r"\s*\d+(-\d+)?(\s*,\s*\d+(-\d+)?)*\s*")
 
 _CHOICES: dict[str, tuple[str, ...]] = {"ToolScope": ("auto", "always"), "SchemaMode": ("default", "auto", "strict"),
                                         "JitMode": ("auto", "always", "never"),
-                                        "ToolRelax": ("relax", "refuse")}
+                                        "ToolRelax": ("relax", "refuse"), "JsonStyle": ("free", "dumps")}
 
 
 def _expected(type_name: Any) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 import xgrammar as xgr
 
-from tagjit.build.ebnf import ebnf_string, trie
+from tagjit.build.ebnf import DUMPS_SEPARATORS, ebnf_string, trie
 from tagjit.errors import UnsupportedFeatureError
 from tagjit.settings import Settings
 from tagjit.anyorder.plan import AnyOrderPlan, KEYWORD, KEYWORD_DEFAULT, key_spelling
@@ -115,17 +115,19 @@ class AnyOrderEbnf:
             doc["$defs"] = defs
         names = {self._placeholder(k): f"tagjit_ao_{self.nonce}_{k}" for k in range(len(ao_nodes))}
         alts, rules = reroot_any_of(str(xgr_json(doc, s)), len(branches), 1, branches[0]["const"], names)
-        ws = _ws(s.max_whitespace)
-        pre = ws if s.max_whitespace is None else '""'  # bounded: none before "," and ":", as tighten_separators
+        # Whitespace inside the braces (ws), before "," and ":" (pre) and after them (post).
+        ws = '""' if s.dumps_spacing else _ws(s.max_whitespace)
+        pre = ws if s.max_whitespace is None and not s.dumps_spacing else '""'  # bounded: as tighten_separators
+        post = '" "' if s.dumps_spacing else ws
         for k, node in enumerate(ao_nodes):
             name = f"tagjit_ao_{self.nonce}_{k}"
-            pairs = [f"({_lit(json.dumps(n, ensure_ascii=False))} {pre} \":\" {ws} {alts[j]})"
+            pairs = [f"({_lit(json.dumps(n, ensure_ascii=False))} {pre} \":\" {post} {alts[j]})"
                      for n, j in zip(node["properties"], value_slots[k])]
             if extra_slots[k] >= 0:
-                pairs.append(f"(\"\\\"\" {name}_key_0 {pre} \":\" {ws} {alts[extra_slots[k]]})")
+                pairs.append(f"(\"\\\"\" {name}_key_0 {pre} \":\" {post} {alts[extra_slots[k]]})")
                 rules.extend(_other_key_rules(f"{name}_key", list(node["properties"]), f"tagjit_str_{self.nonce}"))
             if pairs:
-                rules.append(f"{name} ::= \"{{\" {ws} ({name}_pair ({pre} \",\" {ws} {name}_pair)* {ws})? \"}}\"")
+                rules.append(f"{name} ::= \"{{\" {ws} ({name}_pair ({pre} \",\" {post} {name}_pair)* {ws})? \"}}\"")
                 rules.append(f"{name}_pair ::= " + " | ".join(pairs))
             else:
                 rules.append(f"{name} ::= \"{{\" {ws} \"}}\"")
@@ -182,6 +184,9 @@ def _units(spelling: str) -> list[str]:
 
 
 def xgr_json(schema: Any, settings: Settings) -> xgr.Grammar:
+    if settings.dumps_spacing:
+        return xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False, separators=DUMPS_SEPARATORS,
+                                            strict_mode=settings.strict_mode)
     grammar = xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=True,
                                            max_whitespace_cnt=settings.max_whitespace,
                                            strict_mode=settings.strict_mode)

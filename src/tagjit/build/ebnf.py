@@ -10,6 +10,9 @@ import xgrammar as xgr
 TAG_WHITESPACE_BOUND: bool = "max_whitespace_cnt" in getattr(
     getattr(getattr(xgr, "structural_tag", None), "JSONSchemaFormat", None), "model_fields", {})
 
+# The separators of Python's json.dumps and of chat templates' tojson filter (Settings.json_style "dumps").
+DUMPS_SEPARATORS = (", ", ": ")
+
 
 class Built(NamedTuple):
     """A constraint's grammar and, where a CFG cannot say everything, a per-request token filter."""

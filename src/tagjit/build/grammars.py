@@ -10,7 +10,7 @@ import xgrammar as xgr
 
 from tagjit import schema as schema_mod
 from tagjit import anyorder as any_order
-from tagjit.build.ebnf import TAG_WHITESPACE_BOUND, Built, ebnf_string
+from tagjit.build.ebnf import DUMPS_SEPARATORS, TAG_WHITESPACE_BOUND, Built, ebnf_string
 from tagjit.build.splice import lift
 from tagjit.errors import CompileLimitError, ConstraintError, UnsupportedFeatureError
 from tagjit.schema.relax import NAMES, Relaxation, allowed_by, family, relax
@@ -57,10 +57,13 @@ def prepared_json_grammar(schema: dict | bool, settings: Settings) -> xgr.Gramma
 
 
 def whitespace_options(settings: Settings) -> dict[str, Any]:
-    """xgrammar's whitespace keywords for tagjit's bound (0 means compact JSON)."""
+    """xgrammar's whitespace keywords for tagjit's settings (bound 0: compact JSON; ``json_style`` dumps)."""
     if settings.max_whitespace == 0:
         return {"any_whitespace": False, "separators": (",", ":")}
+    if settings.dumps_spacing:
+        return {"any_whitespace": False, "separators": DUMPS_SEPARATORS}
     return {"any_whitespace": True, "max_whitespace_cnt": settings.max_whitespace}
+
 
 
 # A schema's own opt-in to relaxations: a list of names (see ``schema.relax.NAMES``), "all" or true.
@@ -200,9 +203,11 @@ def _prepare_format(node: Any, s: Settings) -> Any:
         if "json_schema" not in node:
             raise ConstraintError("structural_tag json_schema format needs a 'json_schema'")
         out["json_schema"] = schema_mod.prepared(compact_json(node["json_schema"]), s.strict_mode)
+        if "max_whitespace_cnt" not in node and s.dumps_spacing and not styled_content(node):
+            return {"type": "grammar", "grammar": str(prepared_json_grammar(out["json_schema"], s))}
         bound = node.get("max_whitespace_cnt", s.max_whitespace if TAG_WHITESPACE_BOUND else None)
         # Another style keeps xgrammar's numbers and bounded strings (tagjit's are JSON text); the rest is refused.
-        styled = node.get("style", "json") != "json" or bool(set(node) - _JSON_CONTENT_KEYS)
+        styled = styled_content(node)
         own = bool(lift(out["json_schema"], json_style=not styled)[1].rules)
         if own and styled:
             raise UnsupportedFeatureError(f"multipleOf, not: {{enum}} or pattern with minLength/maxLength in a "
@@ -220,12 +225,17 @@ def _prepare_format(node: Any, s: Settings) -> Any:
 def _compact_json_content(node: dict, s: Settings) -> dict:
     """A tag's JSON content without whitespace: xgrammar's tag format takes only a positive bound, so a JSON-style
     content becomes the compact JSON grammar of its schema; other styles get xgrammar's least bound, 1."""
-    if node.get("style", "json") != "json" or set(node) - _JSON_CONTENT_KEYS:
+    if styled_content(node):
         return {**node, "max_whitespace_cnt": 1}
     return {"type": "grammar", "grammar": str(prepared_json_grammar(node["json_schema"], s.replace(max_whitespace=0)))}
 
 
 _JSON_CONTENT_KEYS = frozenset({"type", "json_schema", "style", "max_whitespace_cnt"})
+
+
+def styled_content(node: dict) -> bool:
+    """A tag's JSON-schema content in another style than plain JSON (xgrammar's XML styles, or unknown keys)."""
+    return node.get("style", "json") != "json" or bool(set(node) - _JSON_CONTENT_KEYS)
 
 _BUILDERS = {
     Kind.JSON_OBJECT: _json_object,

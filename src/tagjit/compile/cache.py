@@ -23,8 +23,8 @@ XGRAMMAR_VERSION = importlib.metadata.version("xgrammar")
 
 def grammar_salt(settings: Settings) -> str:
     """What besides the constraint decides its grammar: tagjit's and xgrammar's versions and the grammar settings."""
-    return "|".join([FORMAT_VERSION, XGRAMMAR_VERSION, str(settings.max_whitespace), str(settings.strict_mode),
-                     str(settings.any_order_default), settings.relax])
+    return "|".join([FORMAT_VERSION, XGRAMMAR_VERSION, str(settings.max_whitespace), settings.json_style,
+                     str(settings.strict_mode), str(settings.any_order_default), settings.relax])
 
 
 class LRUCache(Generic[V]):

@@ -153,7 +153,7 @@ def arguments_content(fmt: ToolFormat, schema: dict | bool | None, settings: Set
     node: dict[str, Any] = {"type": "json_schema", "json_schema": schema}
     if fmt.arguments != "json":
         node["style"] = fmt.arguments
-    if TAG_WHITESPACE_BOUND and settings.max_whitespace is not None:
+    if TAG_WHITESPACE_BOUND and settings.max_whitespace is not None and not settings.dumps_spacing:
         node["max_whitespace_cnt"] = settings.max_whitespace
     return node
 
@@ -234,7 +234,7 @@ def _answer_json(schema: dict | bool, settings: Settings) -> str:
             e.args = (f"response_format: {e}",)
             raise
         node: dict[str, Any] = {"type": "json_schema", "json_schema": loose}
-        if TAG_WHITESPACE_BOUND and settings.max_whitespace is not None:
+        if TAG_WHITESPACE_BOUND and settings.max_whitespace is not None and not settings.dumps_spacing:
             node["max_whitespace_cnt"] = settings.max_whitespace
         hit = (compact_json(node), steps)
         if len(_ANSWERS) < _UNCALLABLE_MAX:

@@ -1,0 +1,116 @@
+"""json_style=dumps: JSON spaced exactly as json.dumps and chat templates' tojson write it, and nothing else."""
+
+import json
+from pathlib import Path
+
+import pytest
+import xgrammar as xgr
+
+from tagjit import CompileService, Matcher, Settings
+from tagjit.build.grammars import build_grammar
+from tagjit.compile.cache import grammar_salt
+from tagjit.constraint import Constraint, Kind
+from tagjit.errors import ConstraintError
+from tagjit.tools import bfcl, build_tool_tag, load_format
+from pools import UNHURRIED
+from shared_data import DATA
+
+DUMPS = UNHURRIED.replace(json_style="dumps")
+SCHEMA = {"type": "object", "required": ["a", "b"],
+          "properties": {"a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "string"}}}}
+
+
+@pytest.fixture(scope="module")
+def dumps_service(llama3_info) -> CompileService:
+    return CompileService(llama3_info, DUMPS)
+
+
+def accepts(service: CompileService, schema: dict, text: str) -> bool:
+    g = Matcher(service.compile(Constraint.of(Kind.JSON, schema)), vocab_size=service.vocab_size)
+    return g.accept_string(text) and g.is_completed()
+
+
+def test_json_dumps_spacing_is_accepted(dumps_service):
+    assert accepts(dumps_service, SCHEMA, json.dumps({"a": 1, "b": ["x", "y"]}))
+
+
+@pytest.mark.parametrize("text", ['{"a":1,"b":["x"]}', '{"a": 1,"b": ["x"]}', '{ "a": 1, "b": ["x"]}',
+                                  '{"a": 1, "b": ["x"] }', '{"a": 1,\n"b": ["x"]}', '{"a": 1, "b": ["x",  "y"]}'],
+                         ids=["compact", "no space after comma", "space after brace", "space before brace",
+                              "newline", "two spaces"])
+def test_any_other_spacing_is_refused(dumps_service, text):
+    assert not accepts(dumps_service, SCHEMA, text)
+
+
+def test_compact_json_wins_over_dumps(llama3_info):
+    compact = CompileService(llama3_info, DUMPS.replace(max_whitespace=0))
+    assert accepts(compact, SCHEMA, '{"a":1,"b":["x"]}')
+    assert not accepts(compact, SCHEMA, '{"a": 1, "b": ["x"]}')
+
+
+def test_json_object_requests_take_dumps_spacing(dumps_service):
+    c = Constraint.of(Kind.JSON_OBJECT, "")
+    verdicts = []
+    for text in ('{"k": [1, 2], "v": {"w": null}}', '{"k":[1,2]}'):
+        g = Matcher(dumps_service.compile(c), vocab_size=dumps_service.vocab_size)
+        verdicts.append(g.accept_string(text) and g.is_completed())
+    assert verdicts == [True, False]
+
+
+def test_any_order_objects_take_dumps_spacing_in_any_order(dumps_service):
+    person = {"type": "object", "x-any-order": True, "required": ["name", "age"],
+              "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}}
+    assert accepts(dumps_service, person, '{"age": 1, "name": "a"}')
+    assert not accepts(dumps_service, person, '{"age":1,"name":"a"}')
+    assert not accepts(dumps_service, person, '{ "age": 1, "name": "a"}')
+
+
+def _tool_call_verdicts(service: CompileService, whole: bool, arguments: list[str]) -> list[bool]:
+    """Whether a hermes call of a real BFCL tool (calculate_triangle_area) is accepted with each arguments text."""
+    tool = bfcl.load_tools(str(DATA / "bfcl"), 1)[0]
+    fmt = load_format("hermes")
+    c = Constraint.of(Kind.STRUCTURAL_TAG, build_tool_tag(fmt, [tool], "required", False, service.settings))
+    head, end = fmt.render_begin(tool["function"]["name"], 0), fmt.call[0].end
+    verdicts = []
+    for args in arguments:
+        if whole:
+            m = xgr.GrammarMatcher(service.compiler.compile_grammar(build_grammar(c, service.settings).grammar))
+        else:
+            m = service.compile(c).new_matcher()
+        verdicts.append(m.accept_string(head + args + end) and m.is_completed())
+    return verdicts
+
+
+@pytest.mark.parametrize("whole", [False, True], ids=["per-tool parts", "whole tag"])
+def test_tool_call_arguments_take_exactly_the_spacing_chat_templates_write(dumps_service, whole):
+    arguments = [json.dumps({"base": 1, "height": 2}), '{"base":1,"height":2}', '{"base": 1, "height": 2 }']
+    assert _tool_call_verdicts(dumps_service, whole, arguments) == [True, False, False]
+
+
+def _maskbench_cases(limit: int) -> list[tuple[str, dict, list]]:
+    out = []
+    for path in sorted(Path(DATA / "jsonschemabench" / "maskbench").glob("*.json"))[::50][:limit]:
+        doc = json.loads(path.read_text())
+        valid = [t["data"] for t in doc.get("tests", []) if t.get("valid")]
+        if valid:
+            out.append((path.stem, doc["schema"], valid))
+    return out
+
+
+@pytest.mark.parametrize("name, schema, valid", _maskbench_cases(40), ids=lambda v: v if isinstance(v, str) else "")
+def test_every_valid_maskbench_instance_printed_by_json_dumps_is_accepted(name, schema, valid):
+    """The dumps language is json.dumps's: what the default accepts in that spelling, dumps accepts too."""
+    free, dumps = Settings(lint=False, strict_mode=False), Settings(lint=False, strict_mode=False, json_style="dumps")
+    try:
+        free_grammar = build_grammar(Constraint.of(Kind.JSON, schema), free).grammar
+    except ConstraintError:
+        pytest.skip("tagjit refuses this schema (the default does too)")
+    dumps_grammar = build_grammar(Constraint.of(Kind.JSON, schema), dumps).grammar
+    for data in valid:
+        text = json.dumps(data)
+        assert (xgr.testing._is_grammar_accept_string(dumps_grammar, text)
+                == xgr.testing._is_grammar_accept_string(free_grammar, text)), text
+
+
+def test_dumps_grammars_are_cached_apart_from_the_default():
+    assert grammar_salt(Settings()) != grammar_salt(Settings(json_style="dumps"))
