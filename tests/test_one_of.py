@@ -329,3 +329,39 @@ def test_real_overlapping_one_of_schemas_judge_their_instances_as_the_file_does(
     for t in case["tests"]:
         assert accepts(service, case["schema"], json.dumps(t["data"])) is t["valid"], t["description"]
 
+
+
+# -- branches that reach the oneOf again through $ref ----------------------------------------------
+
+ELEMENT = {"$ref": "#/$defs/element", "$defs": {"element": {
+    "type": "object", "required": ["tag"], "additionalProperties": False,
+    "properties": {"tag": {"type": "string"}, "children": {"oneOf": [
+        {"type": "string"}, {"$ref": "#/$defs/element"}, {"type": "array", "items": {"$ref": "#/$defs/element"}}]}}}}}
+
+
+def test_one_of_branches_that_reach_it_again_through_ref_are_exact_when_their_types_differ(service):
+    agrees(service, ELEMENT, [{"tag": "p", "children": "x"}, {"tag": "p", "children": {"tag": "b"}},
+                              {"tag": "p", "children": [{"tag": "b", "children": "y"}, {"tag": "i"}]},
+                              {"tag": "p", "children": 1}, {"tag": "p", "children": [1]},
+                              {"tag": "p", "children": {"tag": "b", "children": None}}])
+
+
+def test_one_of_branches_that_reach_it_again_through_ref_and_may_meet_are_refused(service):
+    schema = json.loads(json.dumps(ELEMENT))
+    schema["$defs"]["element"]["properties"]["children"]["oneOf"][0] = {"type": "object"}
+    with pytest.raises(UnsupportedFeatureError, match="reach each other through \\$ref"):
+        service.validate(Constraint.of(Kind.JSON, schema))
+
+
+def test_a_ref_cycle_or_a_ref_with_siblings_never_narrows_the_types_a_branch_may_hold():
+    from tagjit.schema.one_of import FAMILIES, written_families
+    defs = {"#/a": {"$ref": "#/b"}, "#/b": {"anyOf": [{"$ref": "#/a"}, {"type": "string"}]}}
+    assert written_families({"$ref": "#/a"}, defs.__getitem__) == set(FAMILIES)
+    assert written_families({"$ref": "#/c", "type": "string"}, {"#/c": {"type": "integer"}}.__getitem__) == {"number"}
+
+
+def test_a_real_react_element_schema_with_a_recursive_one_of_judges_its_instances_as_the_file_does(llama3_info):
+    case = maskbench("Github_easy---o83258.json")  # its instances list the properties in another order
+    any_order = CompileService(llama3_info, UNHURRIED.replace(any_order_default=True))
+    for t in case["tests"]:
+        assert accepts(any_order, case["schema"], json.dumps(t["data"])) is t["valid"], t["description"]

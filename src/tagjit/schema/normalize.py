@@ -287,9 +287,15 @@ class _Normalizer:
 
     def _one_of(self, branches: list, where: str) -> list:
         """oneOf branches rewritten so that no two overlap (their anyOf is the oneOf), or UnsupportedFeatureError."""
-        from tagjit.schema.one_of import disjoint, exact_one_of
+        from tagjit.schema.one_of import disjoint, exact_one_of, written_families
 
-        resolved = [self.resolve_view(b, where) for b in branches]
+        try:
+            resolved = [self.resolve_view(b, where) for b in branches]
+        except UnsupportedFeatureError:  # a branch reaches this oneOf again: its types are still known as written
+            fams = [written_families(b, lambda ref: self._resolve(ref, where)) for b in branches]
+            if all(not (fams[i] & fams[j]) for i in range(len(fams)) for j in range(i + 1, len(fams))):
+                return branches
+            raise
         overlaps = {(i, j) for i in range(len(branches)) for j in range(i + 1, len(branches))
                     if not disjoint(self, resolved[i], resolved[j])}
         if not overlaps:

@@ -434,6 +434,30 @@ def families(norm: Normalizer, n: Any, depth: int = 0) -> set[str]:
     return fams
 
 
+def written_families(n: Any, resolve: Callable[[str], Any], seen: tuple[str, ...] = ()) -> set[str]:
+    """``families`` of a schema as written, its $refs followed by ``resolve``: a $ref cycle may hold any type, and
+    a $ref's siblings are not read (drafts before 2019-09 ignore them), so the answer never leaves a type out."""
+    if n is False:
+        return set()
+    if not isinstance(n, dict) or len(seen) > 16:
+        return set(FAMILIES)
+    ref = n.get("$ref")
+    if isinstance(ref, str):
+        return set(FAMILIES) if ref in seen else written_families(resolve(ref), resolve, seen + (ref,))
+    values = _values(n)
+    if values is not None:
+        return {_family(v) for v in values}
+    types = _types(n)
+    fams = {"number" if t == "integer" else t for t in types} & set(FAMILIES) if types else set(FAMILIES)
+    for comb in ("anyOf", "oneOf"):
+        if isinstance(n.get(comb), list):
+            fams &= set().union(*(written_families(x, resolve, seen) for x in n[comb]))
+    if isinstance(n.get("allOf"), list):
+        for x in n["allOf"]:
+            fams &= written_families(x, resolve, seen)
+    return fams
+
+
 def restrict(n: dict, fam: str) -> dict | None:
     """The part of a (normalised, single) schema of one type family, or None if it has none."""
     values = _values(n)
