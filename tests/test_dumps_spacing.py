@@ -11,9 +11,9 @@ from tagjit.build.grammars import build_grammar
 from tagjit.compile.cache import grammar_salt
 from tagjit.constraint import Constraint, Kind
 from tagjit.errors import ConstraintError
-from tagjit.tools import bfcl, build_tool_tag, load_format
 from pools import UNHURRIED
 from shared_data import DATA
+from tool_calls import hermes_call_verdicts
 
 DUMPS = UNHURRIED.replace(json_style="dumps")
 SCHEMA = {"type": "object", "required": ["a", "b"],
@@ -65,26 +65,10 @@ def test_any_order_objects_take_dumps_spacing_in_any_order(dumps_service):
     assert not accepts(dumps_service, person, '{ "age": 1, "name": "a"}')
 
 
-def _tool_call_verdicts(service: CompileService, whole: bool, arguments: list[str]) -> list[bool]:
-    """Whether a hermes call of a real BFCL tool (calculate_triangle_area) is accepted with each arguments text."""
-    tool = bfcl.load_tools(str(DATA / "bfcl"), 1)[0]
-    fmt = load_format("hermes")
-    c = Constraint.of(Kind.STRUCTURAL_TAG, build_tool_tag(fmt, [tool], "required", False, service.settings))
-    head, end = fmt.render_begin(tool["function"]["name"], 0), fmt.call[0].end
-    verdicts = []
-    for args in arguments:
-        if whole:
-            m = xgr.GrammarMatcher(service.compiler.compile_grammar(build_grammar(c, service.settings).grammar))
-        else:
-            m = service.compile(c).new_matcher()
-        verdicts.append(m.accept_string(head + args + end) and m.is_completed())
-    return verdicts
-
-
 @pytest.mark.parametrize("whole", [False, True], ids=["per-tool parts", "whole tag"])
 def test_tool_call_arguments_take_exactly_the_spacing_chat_templates_write(dumps_service, whole):
     arguments = [json.dumps({"base": 1, "height": 2}), '{"base":1,"height":2}', '{"base": 1, "height": 2 }']
-    assert _tool_call_verdicts(dumps_service, whole, arguments) == [True, False, False]
+    assert hermes_call_verdicts(dumps_service, whole, arguments) == [True, False, False]
 
 
 def _maskbench_cases(limit: int) -> list[tuple[str, dict, list]]:

@@ -1,14 +1,11 @@
 """Whitespace between JSON tokens is bounded by default, and the bound is configurable."""
 
 import pytest
-import xgrammar as xgr
 
 from tagjit import CompileService, Matcher, Settings
-from tagjit.build.grammars import build_grammar
 from tagjit.constraint import Constraint, Kind
-from tagjit.tools import bfcl, build_tool_tag, load_format
 from pools import UNHURRIED
-from shared_data import DATA
+from tool_calls import hermes_call_verdicts
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 
@@ -78,29 +75,16 @@ def test_structural_tag_json_content_is_compact_under_compact_settings(llama3_in
     assert accepts == [True, False]
 
 
-def _tool_call_verdicts(service: CompileService, whole: bool) -> list[bool]:
-    """Whether a hermes call of a real BFCL tool is accepted with ws before ':' / before ',' / after both."""
-    tool = bfcl.load_tools(str(DATA / "bfcl"), 1)[0]  # calculate_triangle_area(base, height, unit)
-    c = Constraint.of(Kind.STRUCTURAL_TAG, build_tool_tag(load_format("hermes"), [tool], "required", False,
-                                                     service.settings))
-    fmt = load_format("hermes")
-    head, end = fmt.render_begin(tool["function"]["name"], 0), fmt.call[0].end
-    verdicts = []
-    for args in ('{"base" : 1, "height": 2}', '{"base": 1 , "height": 2}', '{"base": 1, "height": 2}'):
-        if whole:
-            m = xgr.GrammarMatcher(service.compiler.compile_grammar(build_grammar(c, service.settings).grammar))
-        else:
-            m = service.compile(c).new_matcher()
-        verdicts.append(m.accept_string(head + args + end) and m.is_completed())
-    return verdicts
+# ws before ':' / before ',' / after both (json.dumps spacing)
+SPACINGS = ['{"base" : 1, "height": 2}', '{"base": 1 , "height": 2}', '{"base": 1, "height": 2}']
 
 
 @pytest.mark.parametrize("whole", [False, True], ids=["per-tool parts", "whole tag"])
 def test_tool_call_arguments_refuse_whitespace_before_a_colon_or_comma(service, whole):
-    assert _tool_call_verdicts(service, whole) == [False, False, True]
+    assert hermes_call_verdicts(service, whole, SPACINGS) == [False, False, True]
 
 
 @pytest.mark.parametrize("whole", [False, True], ids=["per-tool parts", "whole tag"])
 def test_unbounded_whitespace_allows_it_in_tool_call_arguments(llama3_info, whole):
     free = CompileService(llama3_info, UNHURRIED.replace(max_whitespace=None))
-    assert _tool_call_verdicts(free, whole) == [True, True, True]
+    assert hermes_call_verdicts(free, whole, SPACINGS) == [True, True, True]

@@ -420,18 +420,7 @@ def families(norm: Normalizer, n: Any, depth: int = 0) -> set[str]:
     n = norm.resolve_view(n, "#") if "$ref" in n else n
     if not isinstance(n, dict):
         return set(FAMILIES) if n is not False else set()
-    values = _values(n)
-    if values is not None:
-        return {_family(v) for v in values}
-    types = _types(n)
-    fams = {"number" if t == "integer" else t for t in types} & set(FAMILIES) if types else set(FAMILIES)
-    for comb in ("anyOf", "oneOf"):
-        if isinstance(n.get(comb), list):
-            fams &= set().union(*(families(norm, x, depth + 1) for x in n[comb]))
-    if isinstance(n.get("allOf"), list):
-        for x in n["allOf"]:
-            fams &= families(norm, x, depth + 1)
-    return fams
+    return _node_families(n, lambda x: families(norm, x, depth + 1))
 
 
 def written_families(n: Any, resolve: Callable[[str], Any], seen: tuple[str, ...] = ()) -> set[str]:
@@ -444,6 +433,11 @@ def written_families(n: Any, resolve: Callable[[str], Any], seen: tuple[str, ...
     ref = n.get("$ref")
     if isinstance(ref, str):
         return set(FAMILIES) if ref in seen else written_families(resolve(ref), resolve, seen + (ref,))
+    return _node_families(n, lambda x: written_families(x, resolve, seen))
+
+
+def _node_families(n: dict, of: Callable[[Any], set[str]]) -> set[str]:
+    """The families of a node without $ref: its values, else its types narrowed by its combinators (``of``)."""
     values = _values(n)
     if values is not None:
         return {_family(v) for v in values}
@@ -451,10 +445,10 @@ def written_families(n: Any, resolve: Callable[[str], Any], seen: tuple[str, ...
     fams = {"number" if t == "integer" else t for t in types} & set(FAMILIES) if types else set(FAMILIES)
     for comb in ("anyOf", "oneOf"):
         if isinstance(n.get(comb), list):
-            fams &= set().union(*(written_families(x, resolve, seen) for x in n[comb]))
+            fams &= set().union(*(of(x) for x in n[comb]))
     if isinstance(n.get("allOf"), list):
         for x in n["allOf"]:
-            fams &= written_families(x, resolve, seen)
+            fams &= of(x)
     return fams
 
 
