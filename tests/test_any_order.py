@@ -68,6 +68,12 @@ def test_whitespace_before_a_colon_or_comma_is_refused_under_bounded_whitespace(
     assert accepts(free, PERSON, '{"age" : 1 , "name": "a"}')
 
 
+def test_compact_json_settings_take_any_order_objects_compact(llama3_info):
+    compact = CompileService(llama3_info, UNHURRIED.replace(max_whitespace=0))
+    assert accepts(compact, PERSON, '{"age":1,"name":"a"}')
+    assert not accepts(compact, PERSON, '{"age": 1, "name": "a"}')
+
+
 def test_repeated_key_is_rejected(service):
     assert not accepts(service, PERSON, '{"age": 1, "name": "a", "age": 2}')
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import xgrammar as xgr
 
-from tagjit.build.ebnf import DUMPS_SEPARATORS, ebnf_string, trie
+from tagjit.build.ebnf import ebnf_string, trie, whitespace_options
 from tagjit.errors import UnsupportedFeatureError
 from tagjit.settings import Settings
 from tagjit.anyorder.plan import AnyOrderPlan, KEYWORD, KEYWORD_DEFAULT, key_spelling
@@ -184,10 +184,6 @@ def _units(spelling: str) -> list[str]:
 
 
 def xgr_json(schema: Any, settings: Settings) -> xgr.Grammar:
-    if settings.dumps_spacing:
-        return xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False, separators=DUMPS_SEPARATORS,
-                                            strict_mode=settings.strict_mode)
-    grammar = xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=True,
-                                           max_whitespace_cnt=settings.max_whitespace,
-                                           strict_mode=settings.strict_mode)
+    grammar = xgr.Grammar.from_json_schema(json.dumps(schema), strict_mode=settings.strict_mode,
+                                           **whitespace_options(settings))
     return tighten_separators(grammar) if settings.max_whitespace else grammar

@@ -6,12 +6,23 @@ from typing import Any, Iterable, NamedTuple, Sequence
 
 import xgrammar as xgr
 
+from tagjit.settings import Settings
+
 # xgrammar 0.2.8 added max_whitespace_cnt to structural-tag JSON content; 0.2.7 (SGLang's pin) lacks it.
 TAG_WHITESPACE_BOUND: bool = "max_whitespace_cnt" in getattr(
     getattr(getattr(xgr, "structural_tag", None), "JSONSchemaFormat", None), "model_fields", {})
 
 # The separators of Python's json.dumps and of chat templates' tojson filter (Settings.json_style "dumps").
 DUMPS_SEPARATORS = (", ", ": ")
+
+
+def whitespace_options(settings: Settings) -> dict[str, Any]:
+    """xgrammar's whitespace keywords for tagjit's settings (bound 0: compact JSON; ``json_style`` dumps)."""
+    if settings.max_whitespace == 0:
+        return {"any_whitespace": False, "separators": (",", ":")}
+    if settings.dumps_spacing:
+        return {"any_whitespace": False, "separators": DUMPS_SEPARATORS}
+    return {"any_whitespace": True, "max_whitespace_cnt": settings.max_whitespace}
 
 
 class Built(NamedTuple):

@@ -10,7 +10,7 @@ import xgrammar as xgr
 
 from tagjit import schema as schema_mod
 from tagjit import anyorder as any_order
-from tagjit.build.ebnf import DUMPS_SEPARATORS, TAG_WHITESPACE_BOUND, Built, ebnf_string
+from tagjit.build.ebnf import TAG_WHITESPACE_BOUND, Built, ebnf_string, whitespace_options
 from tagjit.build.splice import lift
 from tagjit.errors import CompileLimitError, ConstraintError, UnsupportedFeatureError
 from tagjit.schema.relax import NAMES, Relaxation, allowed_by, family, relax
@@ -54,16 +54,6 @@ def prepared_json_grammar(schema: dict | bool, settings: Settings) -> xgr.Gramma
     return repair_json(own.splice(xgr.Grammar.from_json_schema(
         json.dumps(lifted), strict_mode=settings.strict_mode, **whitespace_options(settings))),
         bounded_whitespace=bool(settings.max_whitespace))
-
-
-def whitespace_options(settings: Settings) -> dict[str, Any]:
-    """xgrammar's whitespace keywords for tagjit's settings (bound 0: compact JSON; ``json_style`` dumps)."""
-    if settings.max_whitespace == 0:
-        return {"any_whitespace": False, "separators": (",", ":")}
-    if settings.dumps_spacing:
-        return {"any_whitespace": False, "separators": DUMPS_SEPARATORS}
-    return {"any_whitespace": True, "max_whitespace_cnt": settings.max_whitespace}
-
 
 
 # A schema's own opt-in to relaxations: a list of names (see ``schema.relax.NAMES``), "all" or true.
@@ -236,6 +226,7 @@ _JSON_CONTENT_KEYS = frozenset({"type", "json_schema", "style", "max_whitespace_
 def styled_content(node: dict) -> bool:
     """A tag's JSON-schema content in another style than plain JSON (xgrammar's XML styles, or unknown keys)."""
     return node.get("style", "json") != "json" or bool(set(node) - _JSON_CONTENT_KEYS)
+
 
 _BUILDERS = {
     Kind.JSON_OBJECT: _json_object,
