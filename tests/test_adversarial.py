@@ -62,7 +62,7 @@ def test_structural_tag_nested_1000_levels_is_refused():
 
 def test_max_items_of_a_million_compiles_and_bounds_the_array(service):
     g = service.grammar(Constraint.of(Kind.JSON, {"type": "array", "items": {"type": "integer"}, "maxItems": 10**6}))
-    assert g.accept_string("[" + ",".join(["1"] * 1000) + "]") and g.is_completed()
+    assert g.accept_string("[" + ", ".join(["1"] * 1000) + "]") and g.is_completed()
 
 
 def test_min_length_of_a_million_compiles(service):

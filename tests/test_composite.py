@@ -383,10 +383,17 @@ def test_half_new_tools_compile_only_the_new_parts(info):
 
 
 def test_unit_cache_is_bounded_in_bytes(info):
-    svc = CompileService(info, UNHURRIED.replace(cache_bytes=1_000_000))
+    tag = tool_tag("hermes", TOOLS[:8])
+    roomy = CompileService(info, UNHURRIED)
     try:
-        svc.compile_ready(tool_tag("hermes", TOOLS[:8]))
-        assert svc.units.bytes <= 1_000_000 and svc.units.evictions > 0
+        roomy.compile_ready(tag)
+        bound = roomy.units.bytes // 2  # room for about half of the tag's units
+    finally:
+        roomy.close()
+    svc = CompileService(info, UNHURRIED.replace(cache_bytes=bound))
+    try:
+        svc.compile_ready(tag)
+        assert svc.units.bytes <= bound and svc.units.evictions > 0
     finally:
         svc.close()
 

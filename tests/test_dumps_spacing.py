@@ -1,4 +1,5 @@
-"""json_style=dumps: JSON spaced exactly as json.dumps and chat templates' tojson write it, and nothing else."""
+"""json_style=dumps (the default): JSON spaced exactly as json.dumps and chat templates' tojson write it, and
+nothing else."""
 
 import json
 from pathlib import Path
@@ -83,8 +84,9 @@ def _maskbench_cases(limit: int) -> list[tuple[str, dict, list]]:
 
 @pytest.mark.parametrize("name, schema, valid", _maskbench_cases(40), ids=lambda v: v if isinstance(v, str) else "")
 def test_every_valid_maskbench_instance_printed_by_json_dumps_is_accepted(name, schema, valid):
-    """The dumps language is json.dumps's: what the default accepts in that spelling, dumps accepts too."""
-    free, dumps = Settings(lint=False, strict_mode=False), Settings(lint=False, strict_mode=False, json_style="dumps")
+    """The dumps language is json.dumps's: what the free style accepts in that spelling, dumps accepts too."""
+    free = Settings(lint=False, strict_mode=False, json_style="free")
+    dumps = Settings(lint=False, strict_mode=False, json_style="dumps")
     try:
         free_grammar = build_grammar(Constraint.of(Kind.JSON, schema), free).grammar
     except ConstraintError:
@@ -96,5 +98,27 @@ def test_every_valid_maskbench_instance_printed_by_json_dumps_is_accepted(name, 
                 == xgr.testing._is_grammar_accept_string(free_grammar, text)), text
 
 
-def test_dumps_grammars_are_cached_apart_from_the_default():
-    assert grammar_salt(Settings()) != grammar_salt(Settings(json_style="dumps"))
+def test_dumps_grammars_are_cached_apart_from_the_free_style():
+    assert grammar_salt(Settings(json_style="free")) != grammar_salt(Settings(json_style="dumps"))
+    assert grammar_salt(Settings()) == grammar_salt(Settings(json_style="dumps"))
+
+
+def test_dumps_is_the_default_style():
+    assert Settings().style == "dumps" and Settings().dumps_spacing
+
+
+@pytest.mark.parametrize("bound, style", [(0, "compact"), (1, "dumps"), (4, "free"), (None, "free")])
+def test_auto_style_is_dumps_only_at_the_default_bound(bound, style):
+    assert Settings(max_whitespace=bound).style == style
+
+
+@pytest.mark.parametrize("raw", ["1", "3", "none"])
+def test_a_whitespace_bound_set_in_the_environment_means_the_free_style(raw):
+    assert Settings.from_env({"TAGJIT_MAX_WHITESPACE": raw}).style == "free"
+    assert Settings.from_env({"TAGJIT_MAX_WHITESPACE": raw, "TAGJIT_JSON_STYLE": "dumps"}).style == "dumps"
+
+
+def test_an_engines_whitespace_bound_means_the_free_style_and_compact_wins():
+    assert Settings().for_engine(max_whitespace=1).style == "free"
+    assert Settings(json_style="dumps").for_engine(max_whitespace=3).style == "dumps"
+    assert Settings().for_engine(compact_json=True, max_whitespace=3).style == "compact"

@@ -190,14 +190,22 @@ def test_recursive_schemas_with_a_base_case_keep_working(svc, schema, text):
 
 # -- structured enum/const values -----------------------------------------------------------------
 
-@pytest.mark.parametrize("schema", [{"const": {"bar": 2, "foo": [1, {"a": None}]}},
-                                    {"enum": ["x", {"bar": 2, "foo": [1, {"a": None}]}]}], ids=["const", "enum"])
-@pytest.mark.parametrize("text", ['{"bar":2,"foo":[1,{"a":null}]}', '{"bar": 2, "foo": [1, {"a": null}]}'],
-                         ids=["compact", "spaced"])
-def test_object_and_array_values_of_enum_and_const_take_whitespace_as_elsewhere(svc, schema, text):
+STRUCTURED = {"bar": 2, "foo": [1, {"a": None}]}
+
+
+@pytest.mark.parametrize("schema", [{"const": STRUCTURED}, {"enum": ["x", STRUCTURED]}], ids=["const", "enum"])
+@pytest.mark.parametrize("style", ["auto", "free"], ids=["default style", "free style"])
+def test_object_and_array_values_of_enum_and_const_take_whitespace_as_elsewhere(qwen2_info, schema, style):
+    s = CompileService(qwen2_info, UNHURRIED.replace(json_style=style))
     c = Constraint.of(Kind.JSON, schema)
-    svc.validate(c)
-    assert accepts(svc, c, text)
+    s.validate(c)
+    verdicts = []
+    for separators in ((",", ":"), (", ", ": ")):
+        text = json.dumps(STRUCTURED, separators=separators)
+        elsewhere = accepts(s, Constraint.of(Kind.JSON_OBJECT, ""), text)
+        assert accepts(s, c, text) == elsewhere, text
+        verdicts.append(elsewhere)
+    assert verdicts == [style == "free", True]
 
 
 @pytest.mark.parametrize("text", ['{"bar": 2, "foo": [1]}', '{"bar": 2, "foo": [1, {"a": null}], "x": 1}',

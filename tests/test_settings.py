@@ -30,7 +30,7 @@ def test_every_setting_has_a_variable_named_after_it():
     ("TAGJIT_VLLM_TOOLS", "2", "a boolean"),
     ("TAGJIT_COMPILE_TIMEOUT_S", "ten", "a number"),
     ("TAGJIT_MAX_WHITESPACE", "-1", "at least 0"),
-    ("TAGJIT_JSON_STYLE", "pretty", "one of free, dumps"),
+    ("TAGJIT_JSON_STYLE", "pretty", "one of auto, free, dumps"),
 ])
 def test_a_bad_value_names_the_variable_and_what_it_accepts(variable, value, allowed):
     with pytest.raises(ValueError) as e:

@@ -1,4 +1,5 @@
-"""Whitespace between JSON tokens is bounded by default, and the bound is configurable."""
+"""Whitespace between JSON tokens is bounded: the default style (json.dumps spacing) has no free whitespace, and
+the free style's bound is configurable."""
 
 import pytest
 
@@ -10,20 +11,26 @@ from tool_calls import hermes_call_verdicts
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 
 
+@pytest.fixture(scope="module")
+def bound1(llama3_info) -> CompileService:
+    """The free style at the default bound: compact JSON, json.dumps spacing, one newline between items."""
+    return CompileService(llama3_info, UNHURRIED.replace(json_style="free"))
+
+
 def accepts(service: CompileService, text: str) -> bool:
     g = Matcher(service.compile(Constraint.of(Kind.JSON, SCHEMA)), vocab_size=service.vocab_size)
     return g.accept_string(text) and g.is_completed()
 
 
 @pytest.mark.parametrize("text", ['{"a":1}', '{"a": 1}', '{\n"a": 1\n}'], ids=["compact", "json.dumps", "newlines"])
-def test_default_accepts_the_usual_spellings(service, text):
-    assert accepts(service, text)
+def test_bound_1_accepts_the_usual_spellings(bound1, text):
+    assert accepts(bound1, text)
 
 
-def test_default_refuses_whitespace_before_a_colon_or_comma_where_no_printer_puts_it(service):
-    assert accepts(service, '{"a": 1 }')
-    assert not accepts(service, '{"a" : 1}')
-    g = Matcher(service.compile(Constraint.of(Kind.JSON_OBJECT, "")), vocab_size=service.vocab_size)
+def test_bound_1_refuses_whitespace_before_a_colon_or_comma_where_no_printer_puts_it(bound1):
+    assert accepts(bound1, '{"a": 1 }')
+    assert not accepts(bound1, '{"a" : 1}')
+    g = Matcher(bound1.compile(Constraint.of(Kind.JSON_OBJECT, "")), vocab_size=bound1.vocab_size)
     assert g.accept_string('{"a": [1, 2], "b": 2') and not g.accept_string(' ,')
 
 
@@ -32,15 +39,24 @@ def test_unbounded_whitespace_is_allowed_before_a_colon(llama3_info):
     assert accepts(free, '{"a" : 1}')
 
 
-def test_default_refuses_indentation(service):
-    assert not accepts(service, '{\n    "a": 1\n}')
+def test_default_takes_json_dumps_spacing_only(service):
+    assert service.settings.dumps_spacing
+    assert accepts(service, '{"a": 1}')
+    assert not accepts(service, '{"a":1}')
+    assert not accepts(service, '{\n"a": 1\n}')
 
 
-def test_default_bound_rejects_a_long_run_of_spaces(service):
-    limit = service.settings.max_whitespace
+@pytest.mark.parametrize("style", ["auto", "free"])
+def test_indentation_is_refused(llama3_info, style):
+    s = CompileService(llama3_info, UNHURRIED.replace(json_style=style))
+    assert not accepts(s, '{\n    "a": 1\n}')
+
+
+def test_free_bound_rejects_a_long_run_of_spaces(bound1):
+    limit = bound1.settings.max_whitespace
     assert limit is not None
-    assert accepts(service, "{" + " " * limit + '"a": 1}')
-    assert not accepts(service, "{" + " " * (limit + 1) + '"a": 1}')
+    assert accepts(bound1, "{" + " " * limit + '"a": 1}')
+    assert not accepts(bound1, "{" + " " * (limit + 1) + '"a": 1}')
 
 
 def test_bound_is_configurable(llama3_info):

@@ -14,7 +14,7 @@ ToolScope = Literal["auto", "always"]
 SchemaMode = Literal["default", "auto", "strict"]
 JitMode = Literal["auto", "always", "never"]
 ToolRelax = Literal["relax", "refuse"]
-JsonStyle = Literal["free", "dumps"]
+JsonStyle = Literal["auto", "free", "dumps"]
 
 
 @dataclass(frozen=True)
@@ -22,15 +22,17 @@ class Settings:
     """Every knob tagjit has; the defaults are what a production server wants."""
 
     max_whitespace: int | None = 1
-    """Most whitespace characters in a row between JSON tokens; None lets a model write any.
+    """Most whitespace characters in a row between JSON tokens under the free JSON style; None lets a model write any.
 
-    1 (compact JSON, ``json.dumps`` spacing, one newline between items) is the largest bound whose masks xgrammar
-    precomputes: 2 and more make the states around every separator context-dependent (benchmarks/mask_fill.py)."""
-    json_style: JsonStyle = "free"
-    """free: JSON whitespace as ``max_whitespace`` allows; dumps: exactly the spacing Python's ``json.dumps`` and
-    chat templates' ``tojson`` write (``", "`` and ``": "``, no other whitespace), which xgrammar precomputes best:
-    its masks cost ~0.6-0.7x bound 1's along real JSON walks (benchmarks/mask_fill.py). ``max_whitespace`` 0
-    (compact JSON) wins."""
+    0 is compact JSON and wins over every style. 1 (compact JSON, ``json.dumps`` spacing, one newline between items)
+    is the largest bound whose masks xgrammar precomputes: 2 and more make the states around every separator
+    context-dependent (benchmarks/mask_fill.py)."""
+    json_style: JsonStyle = "auto"
+    """dumps: exactly the spacing Python's ``json.dumps`` and chat templates' ``tojson`` write (``", "`` and
+    ``": "``, no other whitespace), which xgrammar precomputes best: its masks cost ~0.6-0.7x bound 1's along real
+    JSON walks (benchmarks/mask_fill.py); free: JSON whitespace as ``max_whitespace`` allows; auto: dumps at the
+    default ``max_whitespace`` (1), free at any bound set through ``TAGJIT_MAX_WHITESPACE`` or an engine's option
+    and at any other value. ``max_whitespace`` 0 (compact JSON) wins over every style."""
     strict_mode: bool = True
     """xgrammar strict mode: objects without ``additionalProperties`` take no extra keys."""
     any_order_default: bool = False
@@ -96,13 +98,23 @@ class Settings:
         if compact_json:
             return self.replace(max_whitespace=0)
         if max_whitespace is not None:
-            return self.replace(max_whitespace=int(max_whitespace))
+            style = "free" if self.json_style == "auto" else self.json_style
+            return self.replace(max_whitespace=int(max_whitespace), json_style=style)
         return self
+
+    @property
+    def style(self) -> Literal["compact", "free", "dumps"]:
+        """The JSON spacing these settings give: compact (bound 0), dumps, or free up to ``max_whitespace``."""
+        if self.max_whitespace == 0:
+            return "compact"
+        if self.json_style == "auto":
+            return "dumps" if self.max_whitespace == 1 else "free"
+        return self.json_style
 
     @property
     def dumps_spacing(self) -> bool:
         """JSON is spaced exactly as ``json.dumps`` writes it (``json_style`` dumps, unless compact JSON wins)."""
-        return self.json_style == "dumps" and self.max_whitespace != 0
+        return self.style == "dumps"
 
     def replace(self, **changes: Any) -> "Settings":
         """Return a copy with some fields changed."""
@@ -135,6 +147,8 @@ class Settings:
         for f in dataclasses.fields(cls):
             if f.name in values:
                 _check(env_name(f.name), f.type, values[f.name])
+        if "max_whitespace" in values and values.get("json_style", "auto") == "auto":
+            values["json_style"] = "free"  # a bound the user sets is the free style's, 1 included
         return cls(**values)
 
 
@@ -220,7 +234,7 @@ _CPU_LIST = re.compile(r"\s*\d+(-\d+)?(\s*,\s*\d+(-\d+)?)*\s*")
 
 _CHOICES: dict[str, tuple[str, ...]] = {"ToolScope": ("auto", "always"), "SchemaMode": ("default", "auto", "strict"),
                                         "JitMode": ("auto", "always", "never"),
-                                        "ToolRelax": ("relax", "refuse"), "JsonStyle": ("free", "dumps")}
+                                        "ToolRelax": ("relax", "refuse"), "JsonStyle": ("auto", "free", "dumps")}
 
 
 def _expected(type_name: Any) -> str:

@@ -205,8 +205,8 @@ def _prepare_format(node: Any, s: Settings) -> Any:
         if bound == 0:
             return _compact_json_content(out, s)
         if own:
-            return {"type": "grammar", "grammar": str(prepared_json_grammar(out["json_schema"],
-                                                                             s.replace(max_whitespace=bound)))}
+            free = s.replace(max_whitespace=bound, json_style="free")  # a tag's own bound, or the free style's
+            return {"type": "grammar", "grammar": str(prepared_json_grammar(out["json_schema"], free))}
         if TAG_WHITESPACE_BOUND and bound is not None:
             out["max_whitespace_cnt"] = bound
     return out

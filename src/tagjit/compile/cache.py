@@ -23,7 +23,7 @@ XGRAMMAR_VERSION = importlib.metadata.version("xgrammar")
 
 def grammar_salt(settings: Settings) -> str:
     """What besides the constraint decides its grammar: tagjit's and xgrammar's versions and the grammar settings."""
-    return "|".join([FORMAT_VERSION, XGRAMMAR_VERSION, str(settings.max_whitespace), settings.json_style,
+    return "|".join([FORMAT_VERSION, XGRAMMAR_VERSION, str(settings.max_whitespace), settings.style,
                      str(settings.strict_mode), str(settings.any_order_default), settings.relax])
 
 
