@@ -114,6 +114,12 @@ class Grammar:
     compile_ms: float | None = None  # the compile's own time, where it ran elsewhere (outlines-core's child)
 
 
+# Instances are printed in the spacing each backend generates: compact for the engines' defaults, json.dumps's for
+# tagjit's default JSON style (which takes no other).
+COMPACT = (",", ":")
+DUMPS = (", ", ": ")
+
+
 def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0][:80]
 
@@ -128,6 +134,7 @@ def tagjit_backend(info: Any, strict: bool = True) -> Callable[[dict], Grammar]:
 
     service = CompileService(info, Settings(cache_bytes=64 * 1024 * 1024, strict_mode=strict))
     bitmask = allocate_token_bitmask(1, max(1, info.vocab_size))
+    separators = DUMPS if service.settings.dumps_spacing else COMPACT
 
     def compile_(schema: Any) -> Grammar:
         try:
@@ -144,6 +151,7 @@ def tagjit_backend(info: Any, strict: bool = True) -> Callable[[dict], Grammar]:
         return Grammar(check, lambda: Matcher(compiled, vocab_size=info.vocab_size),
                        lambda m: fill_bitmasks([m], bitmask, range(1)), lambda m, t: m.accept_token(t))
 
+    compile_.separators = separators  # type: ignore[attr-defined]
     return compile_
 
 
@@ -345,14 +353,15 @@ def outlines_backend(tokenizer_dir: str, vocab: str, timeout_s: float, memory_gi
 
 # -- the run ----------------------------------------------------------------------------------------
 
-def instance_text(data: Any) -> str:
-    """Compact JSON; characters kept raw where UTF-8 can hold them (lone surrogates are escaped)."""
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+def instance_text(data: Any, separators: tuple[str, str] = COMPACT) -> str:
+    """JSON with these separators (compact by default); characters kept raw where UTF-8 can hold them (lone
+    surrogates are escaped)."""
+    text = json.dumps(data, ensure_ascii=False, separators=separators)
     try:
         text.encode("utf-8")
         return text
     except UnicodeEncodeError:
-        return json.dumps(data, separators=(",", ":"))
+        return json.dumps(data, separators=separators)
 
 
 def schemas(split: str, limit: int | None, every: int = 1) -> Iterator[tuple[str, Any, list]]:
@@ -443,9 +452,10 @@ def run(splits: list[str], backends: list[str], limit: int | None, tokenizer_dir
         tallies = results[split] = {b: Tally() for b in backends}
         start = time.monotonic()
         for i, (name, schema, tests) in enumerate(schemas(split, limit, every), 1):
-            texts = [(instance_text(t["data"]), bool(t["valid"])) for t in tests]
-            walks = [encode(text) for text, valid in texts if valid] if encode and i <= mask_schemas else []
             for b, compile_ in compilers.items():
+                separators = getattr(compile_, "separators", COMPACT)
+                texts = [(instance_text(t["data"], separators), bool(t["valid"])) for t in tests]
+                walks = [encode(text) for text, valid in texts if valid] if encode and i <= mask_schemas else []
                 compile_one(tallies[b], compile_, schema, texts, walks)
             if i % report_each == 0:
                 progress(f"{split}: {i} schemas, {time.monotonic() - start:.0f} s  " + ", ".join(

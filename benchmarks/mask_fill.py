@@ -45,14 +45,14 @@ MASKBENCH = os.path.join(DATA, "jsonschemabench", "maskbench")
 SPACED = (", ", ": ")
 COMPACT = (",", ":")
 TOOLS_PER_REQUEST = 4
-DEFAULT = "tagjit ws=1 (default)"
-# tagjit's whitespace settings (label: Settings.max_whitespace); 8 was the default before 1.
-WHITESPACE = {DEFAULT: 1, "tagjit ws=8": 8, "tagjit ws=2": 2, "tagjit ws=0": 0, "tagjit ws=any": None}
-# json_style=dumps: exactly json.dumps's spacing, the walks' own.
-DUMPS = "tagjit json_style=dumps"
+# The default JSON style: exactly json.dumps's spacing, the walks' own.
+DEFAULT = "tagjit default (dumps)"
+# The free style at each bound (label: Settings.max_whitespace); bound 1 was the default before dumps, 8 before 1.
+WHITESPACE = {"tagjit free ws=1": 1, "tagjit free ws=8": 8, "tagjit free ws=2": 2, "tagjit ws=0": 0,
+              "tagjit free ws=any": None}
 # Tool tags compile per tool; by default the whole tag also compiles in the background and each request switches to
 # it. The default rows measure after the switch (the walk waits for that compile); this row never switches.
-PARTS_ONLY = "tagjit ws=1, per-tool parts only"
+PARTS_ONLY = "tagjit default, per-tool parts only"
 
 
 @dataclass
@@ -147,7 +147,7 @@ class Impl:
 
 class Tagjit(Impl):
     def __init__(self, name: str, info: xgr.TokenizerInfo, ws: int | None, swap: bool = True,
-                 json_style: str = "free") -> None:
+                 json_style: str = "auto") -> None:
         self.name = name
         # Tool rows with the switch measure a combination that recurs or a long output (the whole tag compiled,
         # composite_swap_after_tokens=0), the parts-only row a new combination's first tokens.
@@ -362,9 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = AutoTokenizer.from_pretrained(a.tokenizer)
     info = load_tokenizer_info(a.tokenizer)
     encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
-    impls: list[Impl] = [Tagjit(label, info, ws) for label, ws in WHITESPACE.items()]
-    impls.insert(1, Tagjit(PARTS_ONLY, info, 1, swap=False))
-    impls.insert(2, Tagjit(DUMPS, info, 1, json_style="dumps"))
+    impls: list[Impl] = [Tagjit(DEFAULT, info, 1), Tagjit(PARTS_ONLY, info, 1, swap=False)]
+    impls += [Tagjit(label, info, ws, json_style="free") for label, ws in WHITESPACE.items()]
     impls += [Xgrammar("xgrammar matcher", info, batch=False), Xgrammar("xgrammar batch", info, batch=True)]
     try:
         impls.append(Llguidance("llguidance", tokenizer, info.vocab_size))

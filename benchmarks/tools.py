@@ -13,7 +13,7 @@ reaches. Fresh = the same in a fresh compiler (tagjit: only the per-tokenizer ta
 again (tagjit: tag rebuilt and looked up in its cache; xgrammar: its compiler cache). Median of ``--repeat`` runs,
 tagjit and xgrammar interleaved.
 
-    python benchmarks/tools.py [--tokenizer PATH] [--sizes 1,10,50,200] [--repeat 3] [--json-style dumps]
+    python benchmarks/tools.py [--tokenizer PATH] [--sizes 1,10,50,200] [--repeat 3] [--json-style free]
                                [--json out.json]
 """
 
@@ -122,7 +122,8 @@ def main() -> None:
     ap.add_argument("--sizes", default="1,10,50,200")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2, help="xgrammar compile threads, both sides")
-    ap.add_argument("--json-style", default="free", choices=("free", "dumps"), help="tagjit's json_style")
+    ap.add_argument("--json-style", default="auto", choices=("auto", "free", "dumps"),
+                    help="tagjit's json_style (auto, the default: json.dumps spacing; free: bound 1 as before)")
     ap.add_argument("--json", help="write the rows as JSON here")
     args = ap.parse_args()
 

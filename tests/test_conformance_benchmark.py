@@ -85,6 +85,7 @@ def test_json_has_compile_and_mask_fill_numbers_for_every_backend(bench, tmp_pat
         assert row["median_compile_ms"] > 0 and row["p99_compile_ms"] >= row["median_compile_ms"], backend
         assert row["mask_schemas"] == 1 and row["fill_steps"] > 0, backend
         assert 0 < row["median_fill_us"] <= row["p99_fill_us"], backend
+    assert rows["tagjit"]["completeness"] == 1.0  # instances printed in the spacing tagjit generates
     assert png.stat().st_size > 0
 
 
