@@ -1,4 +1,5 @@
-"""``TAGJIT_JSON_STYLE=dumps`` through ``vllm serve``: every JSON answer is spaced exactly as json.dumps spaces it."""
+"""tagjit's default JSON style through ``vllm serve``: every JSON answer is spaced exactly as json.dumps spaces it;
+a whitespace bound set for the server (``TAGJIT_MAX_WHITESPACE``) brings the free style back."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import openai
 import pytest
 
 from sample_tools import EOS
-from server import vllm_server
+from server import MODEL_DIR, build, vllm_server
 
 SCHEMA = {"type": "object", "properties": {
     "city": {"type": "string"}, "days": {"type": "integer"},
@@ -32,9 +33,16 @@ def spacing_faults(text: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def dumps_client():
-    with vllm_server("tagjit", env={"TAGJIT_JSON_STYLE": "dumps"}) as url:
+def free_client():
+    with vllm_server("tagjit", env={"TAGJIT_MAX_WHITESPACE": "1"}) as url:
         yield openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=120)
+
+
+def plan_a_trip(client: openai.OpenAI, bias: dict[str, float], seed: int, pull: dict[str, float] | None = None):
+    return client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "Plan a trip."}], max_tokens=160, seed=seed,
+        temperature=1.0, logit_bias={**bias, **(pull or {}), EOS: 8.0},
+        response_format={"type": "json_schema", "json_schema": {"name": "trip", "schema": SCHEMA}})
 
 
 def test_the_spacing_check_finds_what_json_dumps_would_not_write():
@@ -43,12 +51,25 @@ def test_the_spacing_check_finds_what_json_dumps_would_not_write():
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_json_schema_answers_are_spaced_as_json_dumps_spaces_them(dumps_client, bias, seed):
-    out = dumps_client.chat.completions.create(
-        model="tiny", messages=[{"role": "user", "content": "Plan a trip."}], max_tokens=160, seed=seed,
-        temperature=1.0, logit_bias={**bias, EOS: 8.0},
-        response_format={"type": "json_schema", "json_schema": {"name": "trip", "schema": SCHEMA}})
+def test_json_schema_answers_are_spaced_as_json_dumps_spaces_them(client, bias, seed):
+    out = plan_a_trip(client, bias, seed)
     text = out.choices[0].message.content
     assert text.startswith('{"city": "') and spacing_faults(text) == [], text
     if out.choices[0].finish_reason == "stop":
         assert list(json.loads(text)) == ["city", "days", "tags"]
+
+
+def newline_bias() -> dict[str, float]:
+    """A strong pull towards the newline token, which only the free style lets through."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(build(MODEL_DIR))
+    return {str(tok.convert_tokens_to_ids("<0x0A>")): 12.0}
+
+
+def test_a_whitespace_bound_set_for_the_server_brings_the_free_style_back(client, free_client, bias):
+    pull = newline_bias()
+    default = [plan_a_trip(client, bias, seed, pull=pull).choices[0].message.content for seed in (1, 2)]
+    free = [plan_a_trip(free_client, bias, seed, pull=pull).choices[0].message.content for seed in (1, 2)]
+    assert all(spacing_faults(text) == [] for text in default), default
+    assert all("\n" in text for text in free), free
