@@ -365,3 +365,39 @@ def test_a_real_react_element_schema_with_a_recursive_one_of_judges_its_instance
     any_order = CompileService(llama3_info, UNHURRIED.replace(any_order_default=True))
     for t in case["tests"]:
         assert accepts(any_order, case["schema"], json.dumps(t["data"])) is t["valid"], t["description"]
+
+
+# -- lists of items no value passes twice ----------------------------------------------------------
+
+LISTS = {"oneOf": [{"type": "array", "items": {"type": "string"}},
+                   {"type": "array", "items": {"type": "integer"}},
+                   {"type": "array", "items": {"type": "boolean"}, "minItems": 2}]}
+LIST_VALUES = [[], ["a"], ["a", "b"], [1], [1, 2], [True], [True, False], ["a", 1], [1.5], [None], "x"]
+
+
+def test_lists_of_different_item_types_are_exact_and_the_empty_list_they_share_is_refused(service):
+    agrees(service, LISTS, LIST_VALUES)
+    assert not accepts(service, LISTS, "[]")
+
+
+@UNTIMED
+@given(value=st.lists(st.text(max_size=3) | st.integers(-5, 5) | st.booleans() | st.none() | st.floats(0.5, 0.5),
+                      max_size=4))
+def test_lists_of_different_item_types_agree_with_jsonschema_on_random_lists(service, value):
+    agrees(service, LISTS, [value])
+
+
+def test_the_empty_list_passes_where_only_one_branch_takes_it(service):
+    schema = {"oneOf": [{"type": "array", "items": {"type": "string"}},
+                        {"type": "array", "items": {"type": "integer"}, "minItems": 1}]}
+    agrees(service, schema, LIST_VALUES)
+    assert accepts(service, schema, "[]")
+
+
+def test_a_real_table_schemas_enum_of_strings_or_numbers_is_exact_and_the_schema_compiles(service):
+    case = maskbench("Github_medium---o70035.json")  # Frictionless Table Schema; refused whole before
+    number_field = case["schema"]["properties"]["fields"]["items"]["anyOf"][1]
+    enum = number_field["properties"]["constraints"]["properties"]["enum"]  # strings or numbers, at least one
+    agrees(service, enum, [[], ["a"], [1.5, 2], ["a", 1], [None], "a"])
+    service.validate(Constraint.of(Kind.JSON, case["schema"]))
+    assert not any(accepts(service, case["schema"], json.dumps(t["data"])) for t in case["tests"] if not t["valid"])

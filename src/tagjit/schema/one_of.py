@@ -16,7 +16,8 @@ oneOf is the anyOf of those differences. A difference ``a \\ b`` is written as p
   the names neither declares must take in ``b`` every value they take in ``a``; and ``a`` outside ``b``'s range of
   member counts;
 - arrays: ``a`` outside ``b``'s size range, or with an item at a position of ``b``'s ``prefixItems`` that fails it
-  (an ``enum`` of arrays is such a prefix), where ``a``'s later items all pass ``b``'s ``items``.
+  (an ``enum`` of arrays is such a prefix), where ``a``'s later items all pass ``b``'s ``items``; where no item
+  passes both ``items`` (a list of strings, a list of numbers), ``a``'s non-empty arrays, and ``[]`` if ``b`` rejects it.
 
 Every piece is a subset of ``a`` and none holds a value of ``b``, so nothing invalid is ever accepted; a difference
 with no such form (arrays whose items differ, undeclared names whose values ``b`` restricts, automata over 4096
@@ -162,6 +163,13 @@ def _null(norm: Normalizer, a: dict, b: dict, depth: int) -> list:
 
 def _arrays(norm: Normalizer, a: dict, b: dict, depth: int) -> list:
     core = _core(b)
+    if _items_apart(norm, a, core):  # a's non-empty arrays all fail b; [] is a's unless b takes it too
+        takes_empty = norm.accepts(b, [])
+        if takes_empty is None:
+            raise _Inexpressible("a value no validator could judge")
+        if not takes_empty:
+            return [a]
+        return [m] if (m := _merged(norm, a, {"minItems": 1})) is not None and _sizes_open(m) else []
     if set(core) - _ARRAY_KEYS:
         raise _Inexpressible(f"arrays told apart by {sorted(set(core) - _ARRAY_KEYS)[0]}")
     mine_prefix, theirs_prefix = a.get("prefixItems") or [], core.get("prefixItems") or []
@@ -502,6 +510,12 @@ def disjoint(norm: Normalizer, a: Any, b: Any) -> bool:
                 return strings_disjoint(restrict(a, "string") or {}, restrict(b, "string") or {})
             except PatternProblem:
                 return False
+    if _families_only(norm, a, "array") and _families_only(norm, b, "array"):
+        (la, ha), (lb, hb) = _item_counts(a), _item_counts(b)
+        if (ha is not None and ha < lb) or (hb is not None and hb < la):
+            return True
+        if max(la, lb) >= 1 and _items_apart(norm, a, b):  # only [] could pass both
+            return True
     if _families_only(norm, a, "object") and _families_only(norm, b, "object"):
         pa, pb = _props(a), _props(b)
         for name in set(_required(a)) & set(_required(b)):
@@ -620,6 +634,24 @@ def _intervals_apart(a: dict, b: dict) -> bool:
 def _lengths(n: dict) -> tuple[int, int | None]:
     lo, hi = n.get("minLength", 0), n.get("maxLength")
     return (lo if isinstance(lo, int) else 0), (hi if isinstance(hi, int) else None)
+
+
+def _item_counts(n: dict) -> tuple[int, int | None]:
+    lo, hi = n.get("minItems", 0), n.get("maxItems")
+    return (lo if isinstance(lo, int) else 0), (hi if isinstance(hi, int) else None)
+
+
+def _sizes_open(n: dict) -> bool:
+    lo, hi = _item_counts(n)
+    return hi is None or lo <= hi
+
+
+def _items_apart(norm: Normalizer, a: dict, b: dict) -> bool:
+    """Whether no item passes both arrays' ``items`` (no ``prefixItems``): then only ``[]`` may pass both."""
+    x, y = a.get("items"), b.get("items")
+    if a.get("prefixItems") or b.get("prefixItems") or not (isinstance(x, dict) and isinstance(y, dict)):
+        return False
+    return disjoint(norm, norm.resolve_view(x, "#"), norm.resolve_view(y, "#"))
 
 
 def _length_range_open(n: dict) -> bool:
