@@ -53,6 +53,7 @@ WHITESPACE = {"tagjit free ws=1": 1, "tagjit free ws=8": 8, "tagjit free ws=2": 
 # Tool tags compile per tool; by default the whole tag also compiles in the background and each request switches to
 # it. The default rows measure after the switch (the walk waits for that compile); this row never switches.
 PARTS_ONLY = "tagjit default, per-tool parts only"
+PARTS_ONLY_FREE = "tagjit free ws=1, per-tool parts only"
 
 
 @dataclass
@@ -348,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tools", type=int, default=24, help="BFCL tool-call requests")
     p.add_argument("--batches", default="1,16,256")
     p.add_argument("--steps", type=int, default=150, help="lock steps per batch above 1")
-    p.add_argument("--impls", default="all", help="comma-separated labels (default: all)")
+    p.add_argument("--impls", default="all", help="semicolon-separated labels (default: all; labels hold commas)")
     p.add_argument("--quick", action="store_true", help="16 schemas, 8 tool calls, 60 steps")
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     p.add_argument("--plot", metavar="PATH", help="also draw median per-request time by batch (PNG)")
@@ -364,13 +365,14 @@ def main(argv: list[str] | None = None) -> int:
     encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
     impls: list[Impl] = [Tagjit(DEFAULT, info, 1), Tagjit(PARTS_ONLY, info, 1, swap=False)]
     impls += [Tagjit(label, info, ws, json_style="free") for label, ws in WHITESPACE.items()]
+    impls.insert(3, Tagjit(PARTS_ONLY_FREE, info, 1, swap=False, json_style="free"))
     impls += [Xgrammar("xgrammar matcher", info, batch=False), Xgrammar("xgrammar batch", info, batch=True)]
     try:
         impls.append(Llguidance("llguidance", tokenizer, info.vocab_size))
     except ImportError:
         print("llguidance is not installed: no llguidance rows", file=sys.stderr)
     if a.impls != "all":
-        wanted = set(a.impls.split(","))
+        wanted = {w.strip() for w in a.impls.split(";")}
         impls = [i for i in impls if i.name in wanted]
 
     workloads = {"json": json_cases(a.schemas), "tools": tool_cases(a.tools)}
