@@ -29,7 +29,7 @@ class Settings:
     context-dependent (benchmarks/mask_fill.py)."""
     json_style: JsonStyle = "auto"
     """dumps: exactly the spacing Python's ``json.dumps`` and chat templates' ``tojson`` write (``", "`` and
-    ``": "``, no other whitespace), which xgrammar precomputes best: its masks cost ~0.6-0.7x bound 1's along real
+    ``": "``, no other whitespace), which xgrammar precomputes best: its masks cost ~0.4-0.7x bound 1's along real
     JSON walks (benchmarks/mask_fill.py); free: JSON whitespace as ``max_whitespace`` allows; auto: dumps at the
     default ``max_whitespace`` (1), free at any bound set through ``TAGJIT_MAX_WHITESPACE`` or an engine's option
     and at any other value. ``max_whitespace`` 0 (compact JSON) wins over every style."""
