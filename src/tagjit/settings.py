@@ -98,9 +98,13 @@ class Settings:
         if compact_json:
             return self.replace(max_whitespace=0)
         if max_whitespace is not None:
-            style = "free" if self.json_style == "auto" else self.json_style
-            return self.replace(max_whitespace=int(max_whitespace), json_style=style)
+            return self.with_bound(int(max_whitespace))
         return self
+
+    def with_bound(self, max_whitespace: int | None) -> "Settings":
+        """These settings with a whitespace bound someone set: under ``auto`` it is the free style's, 1 included."""
+        return self.replace(max_whitespace=max_whitespace,
+                            json_style="free" if self.json_style == "auto" else self.json_style)
 
     @property
     def style(self) -> Literal["compact", "free", "dumps"]:
@@ -110,6 +114,11 @@ class Settings:
         if self.json_style == "auto":
             return "dumps" if self.max_whitespace == 1 else "free"
         return self.json_style
+
+    @property
+    def bounded_whitespace(self) -> bool:
+        """Whitespace slots up to ``max_whitespace`` characters (the free style with a positive bound)."""
+        return self.style == "free" and self.max_whitespace is not None
 
     @property
     def dumps_spacing(self) -> bool:
@@ -147,9 +156,8 @@ class Settings:
         for f in dataclasses.fields(cls):
             if f.name in values:
                 _check(env_name(f.name), f.type, values[f.name])
-        if "max_whitespace" in values and values.get("json_style", "auto") == "auto":
-            values["json_style"] = "free"  # a bound the user sets is the free style's, 1 included
-        return cls(**values)
+        settings = cls(**values)
+        return settings.with_bound(settings.max_whitespace) if "max_whitespace" in values else settings
 
 
 # TAGJIT_* variables that are not settings: the settings file, and what tagjit's vLLM plugin hands the processes

@@ -186,4 +186,4 @@ def _units(spelling: str) -> list[str]:
 def xgr_json(schema: Any, settings: Settings) -> xgr.Grammar:
     grammar = xgr.Grammar.from_json_schema(json.dumps(schema), strict_mode=settings.strict_mode,
                                            **whitespace_options(settings))
-    return tighten_separators(grammar) if settings.max_whitespace else grammar
+    return tighten_separators(grammar) if settings.bounded_whitespace else grammar

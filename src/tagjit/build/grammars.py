@@ -53,7 +53,7 @@ def prepared_json_grammar(schema: dict | bool, settings: Settings) -> xgr.Gramma
     lifted, own = lift(schema)
     return repair_json(own.splice(xgr.Grammar.from_json_schema(
         json.dumps(lifted), strict_mode=settings.strict_mode, **whitespace_options(settings))),
-        bounded_whitespace=bool(settings.max_whitespace))
+        bounded_whitespace=settings.bounded_whitespace)
 
 
 # A schema's own opt-in to relaxations: a list of names (see ``schema.relax.NAMES``), "all" or true.
@@ -99,7 +99,7 @@ def _requested_relaxations(schema: Any) -> list[str]:
 
 def _json_object(c: Constraint, s: Settings) -> xgr.Grammar:
     return repair_json(xgr.Grammar.from_json_schema('{"type": "object"}', strict_mode=False, **whitespace_options(s)),
-                       bounded_whitespace=bool(s.max_whitespace))
+                       bounded_whitespace=s.bounded_whitespace)
 
 
 # Longest regex and most choices tagjit compiles (Python's own regex compile of a 100k-alternative
