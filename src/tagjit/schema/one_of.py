@@ -195,7 +195,7 @@ def _arrays(norm: Normalizer, a: dict, b: dict, depth: int) -> list:
             prefix = [mine(j) for j in range(max(i + 1, len(mine_prefix)))]
             prefix[i] = diff[0] if len(diff) == 1 else {"anyOf": diff}
             pieces.append({**a, "prefixItems": prefix, "minItems": max(a.get("minItems", 0), i + 1)})
-    return [p for p in pieces if p.get("minItems", 0) <= p.get("maxItems", math.inf)]
+    return [p for p in pieces if _sizes_open(p)]
 
 
 def _strings(norm: Normalizer, a: dict, b: dict, depth: int) -> list:
@@ -631,14 +631,17 @@ def _intervals_apart(a: dict, b: dict) -> bool:
     return below(ahi, ahi_open, blo, blo_open) or below(bhi, bhi_open, alo, alo_open)
 
 
-def _lengths(n: dict) -> tuple[int, int | None]:
-    lo, hi = n.get("minLength", 0), n.get("maxLength")
+def _counts(n: dict, low: str, high: str) -> tuple[int, int | None]:
+    lo, hi = n.get(low, 0), n.get(high)
     return (lo if isinstance(lo, int) else 0), (hi if isinstance(hi, int) else None)
+
+
+def _lengths(n: dict) -> tuple[int, int | None]:
+    return _counts(n, "minLength", "maxLength")
 
 
 def _item_counts(n: dict) -> tuple[int, int | None]:
-    lo, hi = n.get("minItems", 0), n.get("maxItems")
-    return (lo if isinstance(lo, int) else 0), (hi if isinstance(hi, int) else None)
+    return _counts(n, "minItems", "maxItems")
 
 
 def _sizes_open(n: dict) -> bool:
