@@ -214,16 +214,8 @@ def test_one_of_told_apart_by_a_discriminator_is_enforced_exactly(service):
 
 # -- soundness over a real sample ------------------------------------------------------------------
 
-# Known remaining unsoundness, each an xgrammar defect tagjit does not repair yet.
-KNOWN_UNSOUND = {
-    # xgrammar's regex engine accepts "chrome:latest:" for ^[^:\s]+:[^:\s]+(:[^\s]+)?$
-    "Github_medium---o22092.json",
-}
-
-
 def sample(step: int) -> list[str]:
-    names = sorted(os.listdir(SCHEMAS / "maskbench"))
-    return [n for n in names[::step] if n not in KNOWN_UNSOUND]
+    return sorted(os.listdir(SCHEMAS / "maskbench"))[::step]
 
 
 @pytest.fixture(scope="module")
@@ -244,8 +236,3 @@ def test_no_invalid_instance_is_accepted_on_a_maskbench_sample(textual):
     assert not leaks
 
 
-def test_known_regex_defect_is_still_there(textual):
-    """When xgrammar fixes it this fails: drop the name from KNOWN_UNSOUND."""
-    name = "Github_medium---o22092.json"
-    schema = maskbench(name)["schema"]
-    assert any(accepts(textual, schema, t) for t in instances(name, False))

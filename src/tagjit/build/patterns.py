@@ -522,6 +522,32 @@ def lengths_rules(a: Lengths, name: str) -> list[str]:
     return rules
 
 
+# Characters JSON writes only escaped: the control characters, the quote and the backslash.
+_ESCAPED = ((0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C))
+
+
+def spelled_by_tagjit(pattern: str) -> bool:
+    """Whether a pattern alone (no lengths, no format) is written as tagjit's own automaton rather than xgrammar's
+    regex rule, which matches the JSON spelling between the quotes, not the string it decodes to.
+
+    A pattern that matches a backslash must be (xgrammar took the text ``"a\\b"``, the string a + backspace, for
+    ``^a\\\\b$``, and refused the string a + backslash + b); one that matches a quote or a control character is
+    where its automaton has its masks precomputed (xgrammar took no escape there, refusing ``\\n`` for ``\\s``).
+    A pattern interegular cannot read, or whose automaton is too large, stays xgrammar's."""
+    try:
+        a = lengths_automaton(pattern, 0, None)
+    except PatternProblem:
+        return False
+    used = {key for out in a.edges for key in out}
+
+    def reads(lo: int, hi: int) -> bool:
+        return any(a0 <= hi and lo <= b0 for key in used for a0, b0 in a.classes[key])
+
+    if reads(*_ESCAPED[2]):
+        return True
+    return len(a.edges) <= PRECOMPUTED_STATES and (reads(*_ESCAPED[0]) or reads(*_ESCAPED[1]))
+
+
 def bounds(node: dict) -> tuple[int, int | None]:
     lo = node.get("minLength", 0)
     hi = node.get("maxLength")

@@ -17,7 +17,8 @@ from tagjit.settings import Settings
 
 V = TypeVar("V")
 log = logging.getLogger("tagjit")
-FORMAT_VERSION = "1"
+# Raised whenever tagjit writes a constraint's grammar differently, so that a shared disk cache never serves the old one.
+FORMAT_VERSION = "2"
 XGRAMMAR_VERSION = importlib.metadata.version("xgrammar")
 
 

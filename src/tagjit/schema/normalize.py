@@ -13,7 +13,7 @@ import jsonschema
 from tagjit.build.numbers import multiples
 from tagjit.build.patterns import (BASE64, EXCEPT, PatternProblem, bounds as length_bounds,
                                    format_lengths_problem, format_pattern, lengths_automaton, node_automaton,
-                                   string_set_empty)
+                                   spelled_by_tagjit, string_set_empty)
 from tagjit.errors import ConstraintError, EmptySchemaError, UnsupportedFeatureError
 from tagjit.schema.dependencies import DEPENDENCY_KEYWORDS, expand_dependencies
 from tagjit.schema.formats import apply_format
@@ -117,6 +117,7 @@ class _Normalizer:
         _format_lengths(n, where)
         _pattern_format(n, where)
         _anchor_pattern(n)
+        _spelled_pattern(n)
         _pattern_lengths(n, where)
         self._required_properties(n, where)
         return _structured_values(self._filter_enum(n, where))
@@ -813,6 +814,18 @@ def _anchor_pattern(n: dict) -> None:
     head = "" if p.startswith("^") else "[\\s\\S]*"
     tail = "" if p.endswith("$") and not p.endswith("\\$") else "[\\s\\S]*"
     n["pattern"] = f"^{head}(?:{p}){tail}$"  # anchored again, so normalising twice changes nothing
+
+
+def _spelled_pattern(n: dict) -> None:
+    """A pattern alone whose strings hold characters JSON escapes, as tagjit's own automaton (an empty
+    ``patterns.EXCEPT`` marks it): xgrammar's pattern rule reads the escapes' spelling as the string."""
+    p = n.get("pattern")
+    if not isinstance(p, str) or EXCEPT in n or _lengths(n) or "format" in n \
+            or any(k in n for k in _BESIDE_OWN_STRING):
+        return
+    types = _type_list(n.get("type"))
+    if (not types or "string" in types) and spelled_by_tagjit(p):
+        n[EXCEPT] = []
 
 
 def _alternatives(p: str) -> list[str]:
