@@ -103,3 +103,10 @@ def test_a_string_spelled_with_other_escapes_is_judged_the_same(service, pattern
 def unicode_escaped(value: str) -> str:
     """The JSON text of a string with its quotes, backslashes and newlines spelled as ``\\uXXXX``."""
     return '"' + "".join(f"\\u{ord(c):04x}" if c in '"\\\n' else json.dumps(c)[1:-1] for c in value) + '"'
+
+
+def test_a_long_pattern_naming_a_backslash_is_still_exact(service):
+    codes = "|".join(f"code{i:02d}" for i in range(30))  # longer than SPELLED_PATTERN_CHARS
+    schema = {"type": "string", "pattern": f"^(?:{codes})\\\\[nt]$"}
+    assert judged(service, schema, ["code07\\n", "code07\n", "code07\\x"]) == ["code07\\n"]
+    assert not accepts(service, schema, '"code07\\n"')  # code07 + newline

@@ -116,8 +116,8 @@ class _Normalizer:
         _multiple_of(n, where)
         _format_lengths(n, where)
         _pattern_format(n, where)
-        _anchor_pattern(n)
         _spelled_pattern(n)
+        _anchor_pattern(n)
         _pattern_lengths(n, where)
         self._required_properties(n, where)
         return _structured_values(self._filter_enum(n, where))
@@ -801,7 +801,7 @@ def _json_equal(a: Any, b: Any) -> bool:
 def _anchor_pattern(n: dict) -> None:
     """xgrammar matches a pattern against the whole string; JSON Schema searches for it anywhere."""
     p = n.get("pattern")
-    if not isinstance(p, str) or "minLength" in n or "maxLength" in n:  # build.patterns searches it itself
+    if not isinstance(p, str) or "minLength" in n or "maxLength" in n or EXCEPT in n:  # build.patterns searches it
         return
     alternatives = _alternatives(p)
     if len(alternatives) > 1:  # "^a|b$": each alternative has its own anchors
