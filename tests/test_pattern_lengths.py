@@ -272,3 +272,33 @@ def test_a_negated_shorthand_inside_a_class_admits_every_character_it_stands_for
     # [\S ] is any character but whitespace, or a space: a tab or newline stays out.
     schema = {"type": "string", "pattern": "^[\\S ]+$", "maxLength": 5}
     assert judged(service, schema, ['"a b"', '"é-1"', '"a\\tb"', '"a\\nb"', '""']) == ['"a b"', '"é-1"']
+
+
+def test_a_min_length_the_pattern_implies_does_not_refuse_the_schema(service):
+    # A real schema: up to 100 words. Its {0,99} is too large for an automaton times a counter, and minLength 1 says
+    # nothing the pattern does not (every match holds a character).
+    schema = maskbench("Github_medium---o21061.json")["schema"]
+    service.validate(Constraint.of(Kind.JSON, schema))
+    word_list = {"type": "string", "pattern": "^(?:\\S+\\s+){0,99}\\S+$", "minLength": 1}
+    assert judged(service, word_list, ['"two words"', '""', '" lead"']) == ['"two words"']
+
+
+def test_a_max_length_an_anchored_pattern_implies_does_not_refuse_the_schema(service):
+    # A real schema: ISO 3166 alpha-3 codes as a 250-way alternation, with maxLength 255.
+    schema = maskbench("Github_medium---o37613.json")["schema"]
+    service.validate(Constraint.of(Kind.JSON, schema))
+
+
+def test_a_max_length_below_the_patterns_longest_match_is_still_enforced(service):
+    schema = {"type": "string", "pattern": "^[a-z]{2,5}$", "maxLength": 4}
+    assert judged(service, schema, ['"ab"', '"abcd"', '"abcde"']) == ['"ab"', '"abcd"']
+
+
+def test_an_unanchored_pattern_never_implies_a_max_length(service):
+    schema = {"type": "string", "pattern": "abc", "maxLength": 4}
+    assert judged(service, schema, ['"abc"', '"xabc"', '"xxabc"']) == ['"abc"', '"xabc"']
+
+
+def test_an_alternative_without_anchors_never_implies_a_max_length(service):
+    schema = {"type": "string", "pattern": "^a$|b", "maxLength": 1}
+    assert judged(service, schema, ['"a"', '"b"', '"bb"']) == ['"a"', '"b"']

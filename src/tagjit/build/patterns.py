@@ -572,6 +572,35 @@ def bounds(node: dict) -> tuple[int, int | None]:
     return int(lo), (int(hi) if hi is not None else None)
 
 
+def match_lengths(pattern: str, anchored: bool) -> tuple[int, int | None] | None:
+    """The fewest and most characters (None: no most) of a string the pattern matches, read off the pattern itself
+    (no automaton: a repetition such as ``{0,99}`` costs nothing here); the most only where ``anchored`` (each
+    alternative must match the whole string), else None. None where interegular cannot read the pattern."""
+    try:
+        group = interegular.parse_pattern(interegular_pattern(pattern)).options[0].parts[2]
+    except Exception:  # interegular's own errors
+        return None
+    lo, hi = _span(group)
+    return lo, (hi if anchored else None)
+
+
+def _span(node) -> tuple[int, int | None]:
+    if hasattr(node, "options"):
+        spans = [_span(o) for o in node.options]
+        return min(a for a, _ in spans), (None if any(b is None for _, b in spans) else max(b for _, b in spans))
+    if hasattr(node, "parts"):
+        spans = [_span(o) for o in node.parts]
+        return sum(a for a, _ in spans), (None if any(b is None for _, b in spans) else sum(b for _, b in spans))
+    if hasattr(node, "base"):
+        a, b = _span(node.base)
+        if b == 0:
+            return 0, 0
+        return a * node.min, (None if node.max is None or b is None else b * node.max)
+    if not node.negated and node.chars and node.chars <= set(_SENTINELS):  # ^ or $: no character
+        return 0, 0
+    return 1, 1
+
+
 def pattern_lengths_problem(node: dict) -> str | None:
     """Why a normalised node's pattern with minLength/maxLength cannot be written exactly, or None."""
     try:

@@ -13,7 +13,7 @@ import jsonschema
 from tagjit.build.numbers import multiples
 from tagjit.build.patterns import (BASE64, EXCEPT, PatternProblem, bounds as length_bounds,
                                    format_lengths_problem, format_pattern, lengths_automaton, node_automaton,
-                                   spelled_by_tagjit, string_set_empty)
+                                   match_lengths, spelled_by_tagjit, string_set_empty)
 from tagjit.errors import ConstraintError, EmptySchemaError, UnsupportedFeatureError
 from tagjit.schema.dependencies import DEPENDENCY_KEYWORDS, expand_dependencies
 from tagjit.schema.formats import apply_format
@@ -114,6 +114,7 @@ class _Normalizer:
         _infer_type(n)
         _open_sized(n)
         _multiple_of(n, where)
+        _implied_lengths(n)
         _format_lengths(n, where)
         _pattern_format(n, where)
         _spelled_pattern(n)
@@ -814,6 +815,26 @@ def _anchor_pattern(n: dict) -> None:
     head = "" if p.startswith("^") else "[\\s\\S]*"
     tail = "" if p.endswith("$") and not p.endswith("\\$") else "[\\s\\S]*"
     n["pattern"] = f"^{head}(?:{p}){tail}$"  # anchored again, so normalising twice changes nothing
+
+
+def _implied_lengths(n: dict) -> None:
+    """Drop a minLength/maxLength the pattern already implies (``^[0-9a-f]{24}$`` with maxLength 24): the pattern alone
+    is a smaller grammar than its automaton times a character counter, which can be too large to build."""
+    p = n.get("pattern")
+    if not isinstance(p, str) or "format" in n or EXCEPT in n or not _lengths(n):
+        return
+    try:
+        lo, hi = length_bounds(n)
+    except (TypeError, ValueError):
+        return
+    anchored = all(a.startswith("^") and a.endswith("$") and not a.endswith("\\$") for a in _alternatives(p))
+    span = match_lengths(p, anchored)
+    if span is None:
+        return
+    if "minLength" in n and lo <= span[0]:
+        del n["minLength"]
+    if "maxLength" in n and hi is not None and span[1] is not None and hi >= span[1]:
+        del n["maxLength"]
 
 
 def _spelled_pattern(n: dict) -> None:
