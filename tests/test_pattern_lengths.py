@@ -302,3 +302,8 @@ def test_an_unanchored_pattern_never_implies_a_max_length(service):
 def test_an_alternative_without_anchors_never_implies_a_max_length(service):
     schema = {"type": "string", "pattern": "^a$|b", "maxLength": 1}
     assert judged(service, schema, ['"a"', '"b"', '"bb"']) == ['"a"', '"b"']
+
+
+def test_a_pattern_whose_lengths_are_dropped_still_takes_every_spelling(service):
+    schema = {"type": "string", "pattern": "^[0-9]{3}$", "minLength": 3, "maxLength": 3}
+    assert judged(service, schema, ['"123"', '"12\\u0033"', '"12"']) == ['"123"', '"12\\u0033"']

@@ -819,7 +819,8 @@ def _anchor_pattern(n: dict) -> None:
 
 def _implied_lengths(n: dict) -> None:
     """Drop a minLength/maxLength the pattern already implies (``^[0-9a-f]{24}$`` with maxLength 24): the pattern alone
-    is a smaller grammar than its automaton times a character counter, which can be too large to build."""
+    is a smaller automaton than the pattern times a character counter, which can be too large to build (then the
+    pattern is left to xgrammar's rule)."""
     p = n.get("pattern")
     if not isinstance(p, str) or "format" in n or EXCEPT in n or not _lengths(n):
         return
@@ -835,6 +836,12 @@ def _implied_lengths(n: dict) -> None:
         del n["minLength"]
     if "maxLength" in n and hi is not None and span[1] is not None and hi >= span[1]:
         del n["maxLength"]
+    if not _lengths(n):  # still tagjit's automaton where it can be built: xgrammar's rule takes no "\\u0039" for 9
+        try:
+            lengths_automaton(p, 0, None)
+        except PatternProblem:
+            return
+        n[EXCEPT] = []
 
 
 def _spelled_pattern(n: dict) -> None:
