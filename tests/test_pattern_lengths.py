@@ -307,3 +307,9 @@ def test_an_alternative_without_anchors_never_implies_a_max_length(service):
 def test_a_pattern_whose_lengths_are_dropped_still_takes_every_spelling(service):
     schema = {"type": "string", "pattern": "^[0-9]{3}$", "minLength": 3, "maxLength": 3}
     assert judged(service, schema, ['"123"', '"12\\u0033"', '"12"']) == ['"123"', '"12\\u0033"']
+
+
+def test_a_pattern_with_lengths_beside_a_ref_is_still_refused(service):
+    # xgrammar reads no keyword beside a $ref: dropping the implied length must not let the pattern go unenforced.
+    schema = {"pattern": "^[0-9]{3}$", "maxLength": 3, "$ref": "#/$defs/a", "$defs": {"a": {"type": "string"}}}
+    assert "$ref" in refused(service, schema)

@@ -822,7 +822,8 @@ def _implied_lengths(n: dict) -> None:
     is a smaller automaton than the pattern times a character counter, which can be too large to build (then the
     pattern is left to xgrammar's rule)."""
     p = n.get("pattern")
-    if not isinstance(p, str) or "format" in n or EXCEPT in n or not _lengths(n):
+    if not isinstance(p, str) or "format" in n or EXCEPT in n or not _lengths(n) \
+            or any(k in n for k in _BESIDE_OWN_STRING):  # check refuses those by name, as before
         return
     try:
         lo, hi = length_bounds(n)
