@@ -523,8 +523,8 @@ def lengths_rules(a: Lengths, name: str) -> list[str]:
     return rules
 
 
-# Characters JSON writes only escaped: the control characters, the quote and the backslash.
-_ESCAPED = ((0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C))
+# Characters JSON writes only escaped, as code point ranges.
+_CONTROL, _QUOTE, _BACKSLASH_CODE = (0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C)
 
 
 def spelled_by_tagjit(pattern: str) -> bool:
@@ -547,9 +547,9 @@ def spelled_by_tagjit(pattern: str) -> bool:
     def reads(lo: int, hi: int) -> bool:
         return any(a0 <= hi and lo <= b0 for key in used for a0, b0 in a.classes[key])
 
-    if reads(*_ESCAPED[2]):
+    if reads(*_BACKSLASH_CODE):
         return True
-    return len(a.edges) <= PRECOMPUTED_STATES and (reads(*_ESCAPED[0]) or reads(*_ESCAPED[1]))
+    return len(a.edges) <= PRECOMPUTED_STATES and (reads(*_CONTROL) or reads(*_QUOTE))
 
 
 # Longest pattern tagjit reads into an automaton only to take escapes xgrammar's rule refuses (see spelled_by_tagjit).
@@ -576,7 +576,7 @@ def match_lengths(pattern: str, anchored: bool) -> tuple[int, int | None] | None
     """The fewest and most characters (None: no most) of a string the pattern matches, read off the pattern itself
     (no automaton: a repetition such as ``{0,99}`` costs nothing here); the most only where ``anchored`` (each
     alternative must match the whole string), else None. None where interegular cannot read the pattern."""
-    try:
+    try:  # interegular_pattern writes BOS? inside* (pattern) inside* EOS?: the pattern is the third part
         group = interegular.parse_pattern(interegular_pattern(pattern)).options[0].parts[2]
     except Exception:  # interegular's own errors
         return None
