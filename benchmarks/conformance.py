@@ -20,7 +20,8 @@ on a loaded 2-core machine; outlines-core's index, about 10 s). Masks then mean 
 xgrammar is run the way vLLM's xgrammar backend runs it (``compile_json_schema`` with its
 defaults), tagjit with its defaults; both close an object that declares names and says nothing of others (strict
 mode, vLLM's choice), which JSON Schema leaves open, so ``tagjit-lenient`` and ``xgrammar-lenient`` run them with
-strict mode off: JSON Schema's semantics, the ones llguidance and the instances' labels follow. llguidance is run
+strict mode off, and ``tagjit-any-order`` also lets every object's members come in any order (the server's
+``TAGJIT_ANY_ORDER_DEFAULT``): JSON Schema's semantics, the ones llguidance and the instances' labels follow. llguidance is run
 the way vLLM's guidance backend does (flexible whitespace); outlines-core the
 way vLLM's outlines backend does (``build_regex_from_schema`` with its defaults, ``Index`` over the
 tokenizer's byte strings, a ``Guide`` per request writing its mask with ``write_mask_into``), with a
@@ -52,7 +53,7 @@ from typing import Any, Callable, Iterator
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("TAGJIT_SHARED_DATA", ROOT.parent / "shared" / "data"))
 SPLITS = ("Glaiveai2K", "Github_trivial", "Github_easy", "Github_medium", "JsonSchemaStore", "maskbench")
-BACKENDS = ("tagjit", "tagjit-lenient", "xgrammar", "xgrammar-lenient", "llguidance", "outlines-core")
+BACKENDS = ("tagjit", "tagjit-lenient", "tagjit-any-order", "xgrammar", "xgrammar-lenient", "llguidance", "outlines-core")
 
 
 @dataclass
@@ -126,13 +127,15 @@ def _first_line(e: BaseException) -> str:
 
 # -- backends: compile(schema) -> Grammar -----------------------------------------------------------
 
-def tagjit_backend(info: Any, strict: bool = True) -> Callable[[dict], Grammar]:
-    """tagjit's CompileService (``strict``: its default strict mode); masks by ``fill_bitmasks``."""
+def tagjit_backend(info: Any, strict: bool = True, any_order: bool = False) -> Callable[[dict], Grammar]:
+    """tagjit's CompileService (``strict``: its default strict mode; ``any_order``: every object's members in any
+    order); masks by ``fill_bitmasks``."""
     from tagjit import CompileService, ConstraintError, Matcher, Settings, UnsupportedFeatureError
     from tagjit.constraint import Constraint, Kind
     from tagjit.engine import allocate_token_bitmask, fill_bitmasks
 
-    service = CompileService(info, Settings(cache_bytes=64 * 1024 * 1024, strict_mode=strict))
+    service = CompileService(info, Settings(cache_bytes=64 * 1024 * 1024, strict_mode=strict,
+                                               any_order_default=any_order))
     bitmask = allocate_token_bitmask(1, max(1, info.vocab_size))
     separators = DUMPS if service.settings.dumps_spacing else COMPACT
 
@@ -394,6 +397,7 @@ def makers(info: Any, tokenizer_dir: str, vocab: str, outlines_timeout_s: float,
            ) -> dict[str, Callable[[], Callable[[dict], Grammar]]]:
     """Each backend's constructor."""
     return {"tagjit": lambda: tagjit_backend(info), "tagjit-lenient": lambda: tagjit_backend(info, strict=False),
+            "tagjit-any-order": lambda: tagjit_backend(info, strict=False, any_order=True),
             "xgrammar": lambda: xgrammar_backend(info), "xgrammar-lenient": lambda: xgrammar_backend(info, strict=False),
             "llguidance": lambda: llguidance_backend(tokenizer_dir),
             "outlines-core": lambda: outlines_backend(tokenizer_dir, vocab, outlines_timeout_s, outlines_memory_gib)}
