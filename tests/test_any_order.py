@@ -6,6 +6,7 @@ import itertools
 import json
 import random
 
+import jsonschema
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
@@ -19,7 +20,7 @@ from tagjit.build.grammars import json_schema_grammar
 from tagjit.settings import Settings
 from tagjit.constraint import Constraint
 
-from shared_data import schema_file
+from shared_data import maskbench, schema_file
 
 PERSON = {
     "type": "object", "x-any-order": True,
@@ -160,10 +161,149 @@ def test_explicit_keyword_in_an_ambiguous_union_is_a_clear_error():
 def test_server_default_keeps_declared_order_where_it_cannot_track(llama3_info):
     svc = CompileService(llama3_info, UNHURRIED.replace(any_order_default=True))
     a = {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}, "required": ["x", "y"]}
-    b = {"type": "object", "properties": {"q": {"type": "integer"}}, "required": ["q"]}
-    schema = {"anyOf": [a, b]}
+    b = {"type": "object", "properties": {"x": {"type": "string"}, "q": {"type": "integer"}}, "required": ["q"]}
+    schema = {"anyOf": [a, b]}  # an "x" one branch writes is not the other's, and no check tells them apart
     assert accepts(svc, schema, '{"x": 1, "y": 2}')
     assert not accepts(svc, schema, '{"y": 2, "x": 1}')
+
+
+# -- unions of objects: the filter follows every branch at once --------------------------------
+
+# Two objects the filter follows at once: a text of either branch's grammar passes the other's keys only where its
+# "kind" says otherwise, which the filter checks.
+UNION = {"anyOf": [
+    {"type": "object", "x-any-order": True, "required": ["kind", "n"], "additionalProperties": False,
+     "properties": {"kind": {"const": "a"}, "n": {"type": "integer", "minimum": 0, "maximum": 9},
+                    "s": {"type": "string", "maxLength": 2}}},
+    {"type": "object", "x-any-order": True, "required": ["kind"], "additionalProperties": False,
+     "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}, "kind": {"enum": ["b", "c"]},
+                    "t": {"type": "boolean"}}},
+]}
+
+
+def union_service(info) -> CompileService:
+    return CompileService(info, UNHURRIED.replace(any_order_default=True))
+
+
+@pytest.fixture(scope="module")
+def union_svc(llama3_info) -> CompileService:
+    return union_service(llama3_info)
+
+
+def test_each_branch_of_a_union_of_objects_takes_its_keys_in_any_order(llama3_info):
+    svc = union_service(llama3_info)
+    a = {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}, "required": ["x", "y"]}
+    b = {"type": "object", "properties": {"q": {"type": "integer"}}, "required": ["q"]}
+    schema = {"anyOf": [a, b]}
+    assert accepts(svc, schema, '{"y": 2, "x": 1}')
+    assert accepts(svc, schema, '{"q": 3}')
+    assert not accepts(svc, schema, '{"y": 2}')
+    assert not accepts(svc, schema, '{"y": 2, "q": 3}')
+
+
+def test_a_discriminating_value_is_checked_where_another_branch_wrote_the_object(llama3_info):
+    svc = union_service(llama3_info)
+    a = {"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}}, "required": ["kind", "x"]}
+    b = {"type": "object", "properties": {"kind": {"const": "b"}, "x": {"type": "integer"}}, "required": ["kind"]}
+    schema = {"anyOf": [a, b]}
+    assert accepts(svc, schema, '{"x": 1, "kind": "a"}')
+    assert accepts(svc, schema, '{"kind": "b"}')
+    # Branch a's grammar writes this and branch b's keys pass, but kind "a" is not b's: invalid for both.
+    assert not accepts(svc, schema, '{"kind": "a"}')
+
+
+def test_a_checked_literal_is_read_as_json(llama3_info):
+    svc = union_service(llama3_info)
+    a = {"type": "object", "properties": {"on": {"const": None}, "x": {"type": "integer"}}, "required": ["on", "x"]}
+    b = {"type": "object", "properties": {"on": {"const": False}, "x": {"type": "integer"}}, "required": ["on"]}
+    schema = {"anyOf": [a, b]}
+    assert accepts(svc, schema, '{"x": 1, "on": null}')
+    assert accepts(svc, schema, '{"on": false}')
+    assert not accepts(svc, schema, '{"on": null}')
+
+
+def test_number_values_tagjit_spells_keep_declared_order_in_a_union(llama3_info):
+    svc = union_service(llama3_info)
+    a = {"type": "object", "properties": {"on": {"enum": [1]}, "x": {"type": "integer"}}, "required": ["on", "x"]}
+    b = {"type": "object", "properties": {"on": {"enum": [2]}, "x": {"type": "integer"}}, "required": ["on"]}
+    schema = {"anyOf": [a, b]}  # the values are tagjit's own rule (1.0, 1e0 ...), which the filter does not read
+    assert accepts(svc, schema, '{"on": 1, "x": 1}')
+    assert not accepts(svc, schema, '{"x": 1, "on": 1}')
+    assert not accepts(svc, schema, '{"on": 1}')
+
+
+def test_branches_that_share_a_value_tagjit_writes_itself_take_any_order(union_svc):
+    # Each branch's number range becomes its own rule of tagjit's: the same rules under other names are one schema.
+    a = {"type": "object", "properties": {"kind": {"const": "a"}, "n": {"type": "number", "minimum": 0.5}},
+         "required": ["kind", "n"]}
+    b = {"type": "object", "properties": {"kind": {"const": "b"}, "n": {"type": "number", "minimum": 0.5}},
+         "required": ["kind"]}
+    schema = {"anyOf": [a, b]}
+    assert accepts(union_svc, schema, '{"n": 1.5, "kind": "a"}')
+    assert accepts(union_svc, schema, '{"n": 0.5, "kind": "b"}')
+    assert not accepts(union_svc, schema, '{"n": 0.25, "kind": "b"}')
+    assert not accepts(union_svc, schema, '{"kind": "a"}')
+
+
+# A tagged union, as GeoJSON writes one: the branches' values under "coordinates" differ, and a text one branch's
+# grammar writes never passes the other's checks, because each requires its own "type".
+TAGGED = {"oneOf": [
+    {"type": "object", "required": ["type", "coordinates"],
+     "properties": {"type": {"const": "Point"}, "coordinates": {"type": "array", "items": {"type": "number"}}}},
+    {"type": "object", "required": ["type", "coordinates"],
+     "properties": {"type": {"const": "Line"},
+                    "coordinates": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}}}},
+]}
+MEMBER_VALUES = {"kind": st.sampled_from(["a", "b", "c", "d"]), "n": st.integers(0, 9), "s": st.sampled_from(["", "xy", "xyz"]),
+          "t": st.booleans(), "type": st.sampled_from(["Point", "Line", "x"]),
+          "coordinates": st.sampled_from([[1, 2], [[1, 2]], []]), "other": st.just(1)}
+
+
+@pytest.fixture(scope="module")
+def lenient_union_svc(llama3_info) -> CompileService:
+    return CompileService(llama3_info, UNHURRIED.replace(any_order_default=True, strict_mode=False))
+
+
+@hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_union_accepts_exactly_what_json_schema_validates(union_svc, data):
+    names = data.draw(st.lists(st.sampled_from(["kind", "n", "s", "t"]), unique=True))
+    instance = {n: data.draw(MEMBER_VALUES[n]) for n in names}
+    valid = jsonschema.Draft202012Validator(UNION).is_valid(instance)
+    assert accepts(union_svc, UNION, json.dumps(instance)) == valid, instance
+
+
+@hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_tagged_union_open_to_other_names_accepts_exactly_what_json_schema_validates(lenient_union_svc, data):
+    names = data.draw(st.lists(st.sampled_from(["type", "coordinates", "other"]), unique=True))
+    instance = {n: data.draw(MEMBER_VALUES[n]) for n in names}
+    valid = jsonschema.Draft202012Validator(TAGGED).is_valid(instance)
+    assert accepts(lenient_union_svc, TAGGED, json.dumps(instance)) == valid, instance
+
+
+def test_a_tag_one_branch_does_not_require_tells_nothing_apart(lenient_union_svc):
+    untagged = {"anyOf": json.loads(json.dumps(TAGGED["oneOf"]))}
+    untagged["anyOf"][1]["required"] = ["coordinates"]
+    # Branch 0's grammar writes these coordinates; branch 1's checks would pass them without a "type".
+    assert not accepts(lenient_union_svc, untagged, '{"coordinates": [1, 2]}')
+    assert accepts(lenient_union_svc, untagged, '{"type": "Point", "coordinates": [1, 2]}')
+
+
+def test_a_tagged_union_takes_its_members_in_any_order(lenient_union_svc):
+    assert accepts(lenient_union_svc, TAGGED, '{"coordinates": [1, 2], "type": "Point"}')
+    assert accepts(lenient_union_svc, TAGGED, '{"coordinates": [[1, 2]], "other": 1, "type": "Line"}')
+    assert not accepts(lenient_union_svc, TAGGED, '{"coordinates": [[1, 2]], "type": "Point"}')
+
+
+def test_real_oneof_of_objects_takes_its_members_in_any_order(llama3_info):
+    svc = union_service(llama3_info)
+    raw = maskbench("Glaiveai2K---calculate_area_d26e2d5f.json")
+    assert accepts(svc, raw["schema"], '{"radius": 5, "shape": "circle"}')
+    assert accepts(svc, raw["schema"], '{"width": 2, "shape": "rectangle", "length": 3}')
+    assert not accepts(svc, raw["schema"], '{"radius": 5, "shape": "rectangle"}')
+    for test in raw["tests"]:
+        assert accepts(svc, raw["schema"], json.dumps(test["data"])) == test["valid"]
 
 
 def test_real_schema_with_64_properties_takes_any_order(service):
@@ -310,11 +450,12 @@ SMALL = {
 
 
 @pytest.mark.parametrize("tokenizer", ["qwen2_info", "llama3_info"])
-def test_mask_equals_the_exact_grammar_mask_along_random_walks(request, tokenizer):
+@pytest.mark.parametrize("schema", [SMALL, UNION], ids=["object", "union"])
+def test_mask_equals_the_exact_grammar_mask_along_random_walks(request, tokenizer, schema):
     info = request.getfixturevalue(tokenizer)
     svc = CompileService(info, UNHURRIED.replace(max_whitespace=1))
-    ours = svc.grammar(Constraint.of("json", SMALL))
-    exact = svc.grammar(Constraint.of("json", exact_schema(SMALL)))
+    ours = svc.grammar(Constraint.of("json", schema))
+    exact = svc.grammar(Constraint.of("json", exact_schema(schema)))
     vocab = [bytes(t) for t in info.decoded_vocab]
     bitmask = allocate_token_bitmask(1, info.vocab_size)
     stops = set(info.stop_token_ids)

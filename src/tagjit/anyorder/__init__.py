@@ -7,6 +7,8 @@ per-request byte automaton and token filter) and ``vocab`` (per-tokenizer tables
 
 from __future__ import annotations
 
+from typing import Callable
+
 import xgrammar as xgr
 
 from tagjit.anyorder.ebnf import AnyOrderEbnf, strip_keywords, xgr_json
@@ -20,12 +22,13 @@ __all__ = ["KEYWORD", "KEYWORD_DEFAULT", "wants_any_order", "with_any_order", "k
            "AnyOrderSpec", "AnyOrderFilter", "step_state", "vocab_tables"]
 
 
-def build(schema: dict, settings: Settings) -> Built:
-    """The grammar and token filter of a schema with any-order objects."""
+def build(schema: dict, settings: Settings, canonical: Callable[[str], str] | None = None) -> Built:
+    """The grammar and token filter of a schema with any-order objects (``canonical``: the schema text with tagjit's
+    placeholders spelled out, ``splice.Lifted.canonical``)."""
     default = settings.any_order_default
     if isinstance(schema.get(KEYWORD_DEFAULT), bool):
         default = schema[KEYWORD_DEFAULT]
-    plan = AnyOrderPlan(schema, default, settings.strict_mode)
+    plan = AnyOrderPlan(schema, default, settings.strict_mode, canonical)
     if not plan.ao:
         return Built(xgr_json(strip_keywords(schema), settings))
     ebnf = AnyOrderEbnf(plan, settings).text()

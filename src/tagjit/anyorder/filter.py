@@ -1,7 +1,9 @@
 """Per-request any-order state: the FilterSpec requests share and the TokenFilter each request owns.
 
 The filter runs a byte automaton over the generated text that follows the JSON structure and the keys each
-any-order object already has.
+any-order object already has. Where a value may be one of several any-order objects (an ``anyOf``/``oneOf`` of
+them), it follows each on a path of its own, and the text stands while one path does; the plan admits only unions
+where that is exact (``AnyOrderPlan._followable``).
 """
 
 from __future__ import annotations
@@ -12,14 +14,15 @@ import numpy as np
 import xgrammar as xgr
 import json
 import re
-from tagjit.anyorder.plan import Obj, Val
+from tagjit.anyorder.plan import Obj, Val, scalar_key
 from tagjit.anyorder.vocab import VocabTables, vocab_tables
 
 
 # Lexical modes.
 _N, _S, _SE, _L, _K, _KE = range(6)
-# Frame kinds: root, tracked object, tracked array, untracked (opaque) object or array.
-_R, _O, _A, _X = range(4)
+# Frame kinds: root, tracked object, tracked array, untracked (opaque) object or array; a value that opens one of
+# several objects (a fork, resolved by step_state into one state per object); a scalar being checked.
+_R, _O, _A, _X, _F, _C = range(6)
 # Phases of root/object/array frames.
 _VALUE, _AFTER, _KEY_OR_END, _KEY, _AFTER_KEY, _VALUE_OR_END = range(6)
 _WS = frozenset(b" \t\r\n")
@@ -27,7 +30,8 @@ _STR_STOP = re.compile(rb'["\\]')
 _LIT_STOP = re.compile(rb"[ \t\r\n,}\]]")
 _REJECT = -1
 
-State = tuple  # (mode, stack): stack is a tuple of frame tuples, the root frame first
+Path = tuple  # (mode, stack): stack is a tuple of frame tuples, the root frame first
+State = tuple  # the paths the text may be on (several below a union of tracked objects), deduplicated
 
 
 def _slack(obj: Obj, used: int, count: int) -> tuple[int, bool]:
@@ -39,25 +43,40 @@ def _slack(obj: Obj, used: int, count: int) -> tuple[int, bool]:
     return missing, False
 
 
-def _step(mode: int, stack: list, data: bytes) -> int:
-    """Advance (mode, stack) by data in place; returns the new mode or _REJECT."""
-    i, n = 0, len(data)
+def _step(mode: int, stack: list, data: bytes, i: int = 0) -> tuple[int, int]:
+    """Advance (mode, stack) by data[i:] in place; returns the new mode (or _REJECT) and where it stopped: the end,
+    or just after a fork's opening brace."""
+    n = len(data)
     while i < n:
         if mode == _S:
             m = _STR_STOP.search(data, i)
             if m is None:
-                return mode
+                if stack[-1][0] == _C:
+                    _grow(stack, data[i:])
+                return mode, n
+            if stack[-1][0] == _C:
+                _grow(stack, data[i:m.end() - 1] if data[m.end() - 1] == 0x22 else data[i:m.end()])
             i = m.end()
             mode = _N if data[i - 1] == 0x22 else _SE
+            if mode == _N and stack[-1][0] == _C and not _checked(stack, True):
+                return _REJECT, i
             continue
         if mode == _SE:
+            if stack[-1][0] == _C:
+                _grow(stack, data[i:i + 1])
             i += 1
             mode = _S
             continue
         if mode == _L:
             m = _LIT_STOP.search(data, i)
             if m is None:
-                return mode
+                if stack[-1][0] == _C:
+                    _grow(stack, data[i:])
+                return mode, n
+            if stack[-1][0] == _C:
+                _grow(stack, data[i:m.start()])
+                if not _checked(stack, False):
+                    return _REJECT, i
             i = m.start()
             mode = _N
             continue
@@ -65,7 +84,7 @@ def _step(mode: int, stack: list, data: bytes) -> int:
         if mode == _K or mode == _KE:
             i, mode = _key_run(mode, stack, top, data, i)
             if mode == _REJECT:
-                return _REJECT
+                return _REJECT, i
             continue
         b = data[i]
         i += 1
@@ -73,7 +92,7 @@ def _step(mode: int, stack: list, data: bytes) -> int:
             # Bounded whitespace has none before "," (tighten_separators): after a value, whitespace leads only to
             # the "}", which an object that cannot close yet refuses.
             if _ws_breaks(stack):
-                return _REJECT
+                return _REJECT, i
             continue
         kind = top[0]
         if kind == _X:
@@ -90,7 +109,7 @@ def _step(mode: int, stack: list, data: bytes) -> int:
         phase = top[2]
         if kind == _R:
             if phase == _AFTER:
-                return mode  # after the value only stop tokens (or whitespace) remain: the grammar decides
+                return mode, n  # after the value only stop tokens (or whitespace) remain: the grammar decides
             mode = _start_value(stack, top, top[1], b)
         elif kind == _O:
             if phase == _AFTER:
@@ -98,32 +117,32 @@ def _step(mode: int, stack: list, data: bytes) -> int:
                     if top[1].ao:
                         ok, extra = _slack(top[1], top[3], top[5])
                         if not ok and not extra:
-                            return _REJECT
+                            return _REJECT, i
                     stack[-1] = top[:2] + (_KEY,) + top[3:6] + (None,)
                 elif b == 0x7D:
                     if not _can_close(top):
-                        return _REJECT
+                        return _REJECT, i
                     stack.pop()
                 else:
-                    return _REJECT
+                    return _REJECT, i
             elif phase == _KEY_OR_END or phase == _KEY:
                 if b == 0x22:
                     obj = top[1]
                     if obj.ao:
                         ok, extra = _slack(obj, top[3], top[5])
                         if not ok and not extra:
-                            return _REJECT
+                            return _REJECT, i
                     stack[-1] = top[:6] + ((0 if obj.ao else -1, b""),)
                     mode = _K
                 elif b == 0x7D and phase == _KEY_OR_END:
                     if not _can_close(top):
-                        return _REJECT
+                        return _REJECT, i
                     stack.pop()
                 else:
-                    return _REJECT
+                    return _REJECT, i
             elif phase == _AFTER_KEY:
                 if b != 0x3A:  # :
-                    return _REJECT
+                    return _REJECT, i
                 stack[-1] = top[:2] + (_VALUE,) + top[3:]
             else:  # _VALUE
                 mode = _start_value(stack, top, top[6], b)
@@ -134,7 +153,7 @@ def _step(mode: int, stack: list, data: bytes) -> int:
                 elif b == 0x5D:
                     stack.pop()
                 else:
-                    return _REJECT
+                    return _REJECT, i
             elif b == 0x5D and phase == _VALUE_OR_END:
                 stack.pop()
             else:
@@ -142,8 +161,10 @@ def _step(mode: int, stack: list, data: bytes) -> int:
                 child = arr.prefix[top[3]] if top[3] < len(arr.prefix) else arr.items
                 mode = _start_value(stack, top, child, b)
         if mode == _REJECT:
-            return _REJECT
-    return mode
+            return _REJECT, i
+        if stack[-1][0] == _F:
+            return mode, i
+    return mode, n
 
 
 # The token classes that matter where whitespace breaks a rule (see vocab.VocabTables).
@@ -169,9 +190,16 @@ def _start_value(stack: list, top: tuple, child: Val | None, b: int) -> int:
         stack[-1] = top[:2] + (_AFTER,) + top[3:6] + (None,)
     else:
         stack[-1] = top[:2] + (_AFTER,) + top[3:]
+    if child is not None and child.check is not None:
+        if b == 0x7B or b == 0x5B:
+            return _REJECT
+        stack.append((_C, child.check, b"" if b == 0x22 else bytes((b,))))
+        return _S if b == 0x22 else _L
     if b == 0x7B:
         if child is not None and child.obj is not None:
             stack.append((_O, child.obj, _KEY_OR_END, 0, frozenset(), 0, None))
+        elif child is not None and child.alts:
+            stack.append((_F, child.alts))
         else:
             stack.append((_X, 1))
         return _N
@@ -184,6 +212,21 @@ def _start_value(stack: list, top: tuple, child: Val | None, b: int) -> int:
     if b == 0x22:
         return _S
     return _L
+
+
+def _grow(stack: list, data: bytes) -> None:
+    top = stack[-1]
+    stack[-1] = (_C, top[1], top[2] + data)
+
+
+def _checked(stack: list, string: bool) -> bool:
+    """Whether the scalar just ended is one its position allows (the check frame is popped)."""
+    _, allowed, raw = stack.pop()
+    try:
+        value = json.loads(b'"' + raw + b'"' if string else raw)
+    except ValueError:
+        return False
+    return not isinstance(value, (dict, list)) and scalar_key(value) in allowed
 
 
 def _key_run(mode: int, stack: list, top: tuple, data: bytes, i: int) -> tuple[int, int]:
@@ -242,17 +285,30 @@ def _close_key(stack: list, top: tuple, obj: Obj, t: int, raw: bytes) -> int:
 
 
 def _initial(root: Val | None, tight: bool) -> State:
-    return (_N, ((_R, root, _VALUE, tight),))  # tight: bounded whitespace, none before "," or ":"
+    return ((_N, ((_R, root, _VALUE, tight),)),)  # tight: bounded whitespace, none before "," or ":"
 
 
 def step_state(state: State, data: bytes) -> State | None:
-    """The filter state after data, or None if the text breaks an any-order rule."""
-    mode, stack = state
-    lst = list(stack)
-    mode = _step(mode, lst, data)
-    if mode == _REJECT:
+    """The filter state after data, or None if the text breaks an any-order rule on every path."""
+    out: list[Path] = []
+    for mode, stack in state:
+        _follow(mode, list(stack), data, 0, out)
+    if not out:
         return None
-    return (mode, tuple(lst))
+    return tuple(dict.fromkeys(out)) if len(out) > 1 else (out[0],)
+
+
+def _follow(mode: int, stack: list, data: bytes, i: int, out: list[Path]) -> None:
+    mode, i = _step(mode, stack, data, i)
+    if mode == _REJECT:
+        return
+    top = stack[-1]
+    if top[0] == _F:  # one path per object the value may be
+        stack.pop()
+        for obj in top[1]:
+            _follow(_N, stack + [(_O, obj, _KEY_OR_END, 0, frozenset(), 0, None)], data, i, out)
+        return
+    out.append((mode, tuple(stack)))
 
 
 class AnyOrderSpec:
@@ -317,15 +373,16 @@ class AnyOrderFilter:
     def restrict(self, bitmask: Any, index: int) -> None:
         """Clear the bits of tokens that break an any-order rule in row index."""
         state = self._history[-1]
-        mode, stack = state
-        top = stack[-1]
-        if top[0] == _R and top[2] == _AFTER and mode != _L:
-            return
+        rel = None
+        for mode, stack in state:
+            top = stack[-1]
+            if top[0] == _R and top[2] == _AFTER and mode != _L:
+                return  # a path that has written the whole value takes whatever the grammar allows
+            relevance = self._relevance(mode, top)
+            if _ws_breaks(stack):
+                relevance = _COUNTING_WS.get(relevance, relevance)
+            rel = self._vocab.relevant[relevance] if rel is None else rel | self._vocab.relevant[relevance]
         row = bitmask[index].numpy() if hasattr(bitmask, "numpy") else bitmask[index]
-        relevance = self._relevance(mode, top)
-        if _ws_breaks(stack):
-            relevance = _COUNTING_WS.get(relevance, relevance)
-        rel = self._vocab.relevant[relevance]
         width = min(len(row), len(rel))
         hit = row[:width] & rel[:width]
         words = np.flatnonzero(hit)
@@ -343,6 +400,8 @@ class AnyOrderFilter:
             row[w] &= keep
 
     def _relevance(self, mode: int, top: tuple) -> str:
+        if top[0] == _C:  # the scalar is checked where it ends
+            return "Kq" if mode != _L else "Lw"
         if mode == _S:
             return "S"
         if mode == _SE:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 KEYWORD = "x-any-order"
 KEYWORD_DEFAULT = "x-any-order-default"
@@ -36,6 +36,7 @@ def with_any_order(schema: dict | bool, enabled: bool) -> dict | bool:
     return out
 
 
+from tagjit.build.splice import PLACEHOLDER_PREFIX
 from tagjit.errors import ConstraintError, UnsupportedFeatureError
 from tagjit.schema import keywords
 from tagjit.schema.keywords import children, resolve
@@ -49,13 +50,16 @@ def _children(node: dict) -> Iterator[Any]:
 
 
 class Val:
-    """What a value position can open: a tracked object and/or a tracked array (None: not tracked)."""
+    """What a value position can open: a tracked object (or one of several, ``alts``) and/or a tracked array
+    (None: not tracked); ``check``: the scalar values the position may hold, where the filter must check them."""
 
-    __slots__ = ("obj", "arr")
+    __slots__ = ("obj", "alts", "arr", "check")
 
     def __init__(self) -> None:
         self.obj: Obj | None = None
+        self.alts: tuple[Obj, ...] = ()
         self.arr: _Arr | None = None
+        self.check: frozenset | None = None
 
 
 class Obj:
@@ -90,8 +94,9 @@ class _Arr:
         self.items: Val | None = None
 
 
-_BRANCHES = (f"{KEYWORD} below an anyOf/oneOf whose branches can be several objects or arrays (the filter cannot "
-             "tell which branch the text is in)")
+_BRANCHES = (f"{KEYWORD} below an anyOf/oneOf whose branches can be several arrays, or objects the filter cannot "
+             "follow together (an object in declared order among them, or a name whose value differs between them and "
+             "is not an enum/const of scalars)")
 
 
 class _Ambiguous(Exception):
@@ -112,9 +117,11 @@ def key_spelling(name: str) -> str:
 class AnyOrderPlan:
     """Finds the any-order objects and builds the structure the token filter follows."""
 
-    def __init__(self, schema: dict, default: bool, strict: bool) -> None:
+    def __init__(self, schema: dict, default: bool, strict: bool,
+                 canonical: Callable[[str], str] | None = None) -> None:
         self.root = schema
         self.strict = strict
+        self.canonical = canonical or (lambda text: text)
         self.nodes: dict[int, dict] = {}
         self.paths: dict[int, str] = {}
         self.edges: dict[int, list[int]] = {}
@@ -209,6 +216,7 @@ class AnyOrderPlan:
         self._vals: dict[int, Val] = {}
         self._objs: dict[int, Obj] = {}
         self._arrs: dict[int, _Arr] = {}
+        self._checked: set[int] = set()  # objects that are a union's branch somewhere: their scalars are checked
         return self._val(self.root)
 
     def _val(self, node: Any) -> Val | None:
@@ -225,11 +233,13 @@ class AnyOrderPlan:
         tracked_arrs = [x for x in arrs if self._arr_has_ao(x)]
         where = self.paths.get(id(node), "#")
         if tracked_objs and len(objs) > 1:
-            raise _Ambiguous(where, self._ao_below(tracked_objs))
+            if not self._followable(objs):
+                raise _Ambiguous(where, self._ao_below(tracked_objs))
+            val.alts = tuple(self._obj(x, checked=True) for x in objs)
+        elif tracked_objs:
+            val.obj = self._obj(tracked_objs[0])
         if tracked_arrs and len(arrs) > 1:
             raise _Ambiguous(where, self._ao_below(tracked_arrs))
-        if tracked_objs:
-            val.obj = self._obj(tracked_objs[0])
         if tracked_arrs:
             val.arr = self._arr(tracked_arrs[0])
         return val
@@ -280,9 +290,71 @@ class AnyOrderPlan:
     def _arr_has_ao(self, node: dict) -> bool:
         return any(isinstance(s, dict) and id(s) in self.has_ao for _, s in keywords.children(node, keywords.ITEM_VALUES))
 
-    def _obj(self, node: dict) -> Obj:
+    def _followable(self, objs: list[dict]) -> bool:
+        """Whether the filter can follow every branch of a union of objects at once, soundly.
+
+        The grammar is the union of the branches' grammars and the filter the union of their key checks, so a text
+        one branch's grammar writes may pass another branch's checks. That is sound for each pair of branches a, b
+        where no text of a's grammar passes b's checks (``_told_apart``), or where whatever a's grammar writes under
+        a name b takes is also b's value there: the same schema, a value anything satisfies, or scalars the filter
+        itself checks (``_writes_within``)."""
+        if not all(id(x) in self.ao for x in objs):
+            return False  # an object in declared order (or untracked) gives the filter nothing to follow
+        return all(self._told_apart(a, b) or self._writes_within(a, b) for a in objs for b in objs if a is not b)
+
+    def _told_apart(self, a: dict, b: dict) -> bool:
+        """Whether no text a's grammar writes passes b's checks: b requires a name whose scalars the filter checks,
+        and a writes that name only with other values, or not at all (a discriminating ``type: "Point"``)."""
+        pa, pb = a.get("properties") or {}, b.get("properties") or {}
+        for name in b.get("required") or []:
+            allowed = scalar_values(pb.get(name))
+            if allowed is None:
+                continue
+            if name in pa:
+                written = scalar_values(pa[name])
+                if pa[name] is False or written is not None and not written & allowed:
+                    return True
+            elif self._extra(a) is False:
+                return True
+        return False
+
+    def _writes_within(self, a: dict, b: dict) -> bool:
+        pa, pb = a.get("properties") or {}, b.get("properties") or {}
+        extra_a, extra_b = self._extra(a), self._extra(b)
+        for name, sa in pa.items():
+            if not (self._within(sa, pb[name]) if name in pb else extra_b is False or self._within(sa, extra_b, False)):
+                return False
+        if extra_a is False:
+            return True
+        return (all(self._within(extra_a, sb) for name, sb in pb.items() if name not in pa)
+                and (extra_b is False or self._within(extra_a, extra_b, False)))
+
+    def _within(self, a: Any, b: Any, checked: bool = True) -> bool:
+        """Whether every value schema a takes passes a position whose schema is b, where the filter checks b's
+        scalars if ``checked`` (a declared name of a union's branch; not an undeclared one)."""
+        if a is False or b is True or (isinstance(b, dict) and not set(b) - keywords.ANNOTATIONS):
+            return True
+        if b is False:
+            return False
+        if checked and scalar_values(b) is not None:
+            return True
+        # Written order matters (a declared-order object below): compare the schemas as written, keys in order.
+        return self.canonical(json.dumps(a)) == self.canonical(json.dumps(b))
+
+    def _extra(self, node: dict) -> Any:
+        """What an undeclared name's value may be: a schema, True, or False (no undeclared name)."""
+        extra = node.get("additionalProperties", node.get("unevaluatedProperties"))
+        if extra is None:
+            return True if not self.strict or "patternProperties" in node else False
+        return extra if isinstance(extra, dict) else extra is not False
+
+    def _obj(self, node: dict, checked: bool = False) -> Obj:
         hit = self._objs.get(id(node))
         if hit is not None:
+            if checked:
+                self._checked.add(id(node))
+                if len(hit.children) == len(hit.names):  # else it is being built: it adds them when done
+                    _add_checks(hit, node)
             return hit
         o = self._objs[id(node)] = Obj()
         o.path = self.paths.get(id(node), "#")
@@ -291,6 +363,10 @@ class AnyOrderPlan:
         o.names = list(props)
         o.index = {n: i for i, n in enumerate(o.names)}
         o.children = [self._val(props[n]) for n in o.names]
+        if checked:
+            self._checked.add(id(node))
+        if id(node) in self._checked:
+            _add_checks(o, node)
         extra = node.get("additionalProperties", node.get("unevaluatedProperties"))
         if extra is None:
             o.extra_ok = not self.strict or "patternProperties" in node
@@ -340,6 +416,55 @@ class AnyOrderPlan:
             a.prefix = [self._val(x) for x in node.get("prefixItems") or []]
             a.items = self._val(items)
         return a
+
+
+def _add_checks(o: Obj, node: dict) -> None:
+    """A branch of a union: the filter checks its discriminating scalars (see ``_followable``)."""
+    props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+    for k, name in enumerate(o.names):
+        allowed = scalar_values(props[name])
+        if allowed is not None and o.children[k] is None:
+            o.children[k] = Val()
+            o.children[k].check = allowed
+
+
+def scalar_key(value: Any) -> tuple:
+    """A JSON scalar as a set member: 1 and 1.0 meet, true and 1 do not."""
+    if isinstance(value, bool) or value is None:
+        return ("literal", value)
+    if isinstance(value, (int, float)):
+        return ("number", value)
+    return ("string", value)
+
+
+def scalar_values(schema: Any) -> frozenset | None:
+    """The values an ``enum``/``const`` of scalars allows (as ``scalar_key``s), if that is all the schema says."""
+    if not isinstance(schema, dict) or not set(schema) - keywords.ANNOTATIONS - {"type"} <= {"enum", "const"}:
+        return None
+    values = [schema["const"]] if "const" in schema else schema.get("enum")
+    if not isinstance(values, list) or "const" in schema and "enum" in schema:
+        return None
+    if any(isinstance(v, (dict, list)) or isinstance(v, str) and v.startswith(PLACEHOLDER_PREFIX) for v in values):
+        return None  # a placeholder stands for tagjit's rule of number values (build.splice), not for that string
+    t = schema.get("type")
+    if t is not None:
+        types = t if isinstance(t, list) else [t]
+        values = [v for v in values if any(_is_type(v, x) for x in types)]
+    return frozenset(scalar_key(v) for v in values)
+
+
+def _is_type(value: Any, t: Any) -> bool:
+    if t == "string":
+        return isinstance(value, str)
+    if t == "boolean":
+        return isinstance(value, bool)
+    if t == "null":
+        return value is None
+    if t == "integer":
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer()
+    if t == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return False
 
 
 def _refs_into_root(schema: dict) -> bool:

@@ -12,6 +12,7 @@ constant as one literal, which ``printed.swap_const_literals`` replaces by the n
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -36,6 +37,10 @@ _ALL_TYPES = ["null", "boolean", "object", "array", "number", "string"]
 _BESIDE_LENGTHS = ("pattern", "format", "enum", "const", "$ref", "allOf", "anyOf", "oneOf", "not", "if", "then", "else")
 
 
+PLACEHOLDER_PREFIX = "__tagjit_own_"
+"""How every placeholder constant begins: a value that is tagjit's rule, not that string."""
+
+
 class Lifted:
     """A schema with placeholder constants, and the EBNF rules that replace them (``json_style``: also the rules that
     only JSON-style content takes, number ranges and values and bounded strings; content in another style keeps
@@ -51,8 +56,15 @@ class Lifted:
         """A new placeholder constant for the rules ``rules(name)`` under a fresh rule name."""
         k = len(self.rules)
         name = f"{prefix}{self.nonce}_{k}"
-        self.rules[f"__tagjit_own_{self.nonce}_{k}__"] = (name, rules(name))
-        return f"__tagjit_own_{self.nonce}_{k}__"
+        self.rules[f"{PLACEHOLDER_PREFIX}{self.nonce}_{k}__"] = (name, rules(name))
+        return f"{PLACEHOLDER_PREFIX}{self.nonce}_{k}__"
+
+    def canonical(self, text: str) -> str:
+        """The text with each placeholder written as its rules, their own names blanked: equal schemas, equal text."""
+        def rules(m: re.Match) -> str:
+            hit = self.rules.get(m.group(0))
+            return m.group(0) if hit is None else "\n".join(hit[1]).replace(hit[0], "@")
+        return re.sub(re.escape(PLACEHOLDER_PREFIX) + r"\w+?__", rules, text)
 
     def node(self, n: Any) -> Any:
         if not isinstance(n, dict):
