@@ -167,6 +167,24 @@ def test_server_default_keeps_declared_order_where_it_cannot_track(llama3_info):
     assert not accepts(svc, schema, '{"y": 2, "x": 1}')
 
 
+@pytest.mark.parametrize("name", ["Github_easy---o58621.json", "Github_easy---o91096.json"])
+def test_server_default_serves_real_schemas_it_cannot_reorder_everywhere(llama3_info, name):
+    # o58621: a $ref passes through an object to a definition nested in it; o91096: the root has properties beside
+    # an allOf. Those objects keep their declared order; the schema is served, each instance judged as labelled.
+    svc = CompileService(llama3_info, UNHURRIED.replace(any_order_default=True, strict_mode=False))
+    raw = maskbench(name)
+    for test in raw["tests"]:
+        assert accepts(svc, raw["schema"], json.dumps(test["data"])) == test["valid"]
+
+
+def test_a_ref_through_an_explicit_any_order_object_is_refused_by_name():
+    schema = {"type": "object", "properties": {"leaf": {"$ref": "#/definitions/obj/definitions/leaf"}},
+              "definitions": {"obj": {"type": "object", "x-any-order": True, "properties": {"p": {"type": "integer"}},
+                                      "definitions": {"leaf": {"type": "string"}}}}}
+    with pytest.raises(UnsupportedFeatureError, match=r"\$ref into an x-any-order object"):
+        json_schema_grammar(schema, Settings())
+
+
 # -- unions of objects: the filter follows every branch at once --------------------------------
 
 # Two objects the filter follows at once: a text of either branch's grammar passes the other's keys only where its

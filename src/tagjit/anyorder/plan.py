@@ -39,7 +39,7 @@ def with_any_order(schema: dict | bool, enabled: bool) -> dict | bool:
 from tagjit.build.splice import PLACEHOLDER_PREFIX
 from tagjit.errors import ConstraintError, UnsupportedFeatureError
 from tagjit.schema import keywords
-from tagjit.schema.keywords import children, resolve
+from tagjit.schema.keywords import children, pointer_parts, resolve, step
 
 
 _OTHER_SHAPES = ("anyOf", "oneOf", "allOf", "$ref", "enum", "const", "patternProperties", "propertyNames")
@@ -142,6 +142,10 @@ class AnyOrderPlan:
                     self.ao.add(i)
         if id(schema) in self.ao - self.explicit and _refs_into_root(schema):
             self.ao.discard(id(schema))  # server default: the root keeps its order, its members stay addressable
+        for i in self._passed_by_refs() & self.ao:
+            if i in self.explicit:
+                raise UnsupportedFeatureError(f"$ref into an {KEYWORD} object", self.paths[i])
+            self.ao.discard(i)  # server default: it keeps its order, what a $ref reaches inside it stays addressable
         while True:
             self._reach()
             try:
@@ -171,6 +175,22 @@ class AnyOrderPlan:
                 self._collect(target, ref)
                 out.append(id(target))
         self.edges[id(node)] = out
+
+    def _passed_by_refs(self) -> set[int]:
+        """The nodes a ``$ref`` pointer passes through on its way to its target (not the targets themselves)."""
+        passed: set[int] = set()
+        for node in self.nodes.values():
+            ref = node.get("$ref")
+            parts = pointer_parts(ref) if isinstance(ref, str) and ref.startswith("#/") else None
+            at: Any = self.root
+            for part in (parts or [])[:-1]:
+                try:
+                    at = step(at, part)
+                except LookupError:
+                    break
+                if isinstance(at, dict):
+                    passed.add(id(at))
+        return passed
 
     def _resolve(self, ref: str) -> Any:
         try:
@@ -271,8 +291,8 @@ class AnyOrderPlan:
             return [node]
         own = {"properties", "additionalProperties", "items", "prefixItems"} & node.keys()
         if own and id(node) in self.has_ao:
-            raise UnsupportedFeatureError(f"{KEYWORD} with {'/'.join(sorted(own))} beside $ref/anyOf/oneOf/allOf",
-                                          self.paths.get(id(node), "#"))
+            raise _Ambiguous(self.paths.get(id(node), "#"), self._ao_below([node]),
+                             f"{KEYWORD} with {'/'.join(sorted(own))} beside $ref/anyOf/oneOf/allOf")
         out: list[dict] = []
         for b in branches:
             if isinstance(b, dict):
