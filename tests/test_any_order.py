@@ -219,35 +219,34 @@ def test_each_branch_of_a_union_of_objects_takes_its_keys_in_any_order(llama3_in
     assert not accepts(svc, schema, '{"y": 2, "q": 3}')
 
 
-def test_a_discriminating_value_is_checked_where_another_branch_wrote_the_object(llama3_info):
-    svc = union_service(llama3_info)
-    a = {"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}}, "required": ["kind", "x"]}
-    b = {"type": "object", "properties": {"kind": {"const": "b"}, "x": {"type": "integer"}}, "required": ["kind"]}
-    schema = {"anyOf": [a, b]}
-    assert accepts(svc, schema, '{"x": 1, "kind": "a"}')
-    assert accepts(svc, schema, '{"kind": "b"}')
+def two_branches(name: str, value_a: dict, value_b: dict) -> dict:
+    """Objects that differ by one name's value: branch a also requires "x", branch b only that name."""
+    def branch(value: dict, required: list[str]) -> dict:
+        return {"type": "object", "properties": {name: value, "x": {"type": "integer"}}, "required": required}
+    return {"anyOf": [branch(value_a, [name, "x"]), branch(value_b, [name])]}
+
+
+def test_a_discriminating_value_is_checked_where_another_branch_wrote_the_object(union_svc):
+    schema = two_branches("kind", {"const": "a"}, {"const": "b"})
+    assert accepts(union_svc, schema, '{"x": 1, "kind": "a"}')
+    assert accepts(union_svc, schema, '{"kind": "b"}')
     # Branch a's grammar writes this and branch b's keys pass, but kind "a" is not b's: invalid for both.
-    assert not accepts(svc, schema, '{"kind": "a"}')
+    assert not accepts(union_svc, schema, '{"kind": "a"}')
 
 
-def test_a_checked_literal_is_read_as_json(llama3_info):
-    svc = union_service(llama3_info)
-    a = {"type": "object", "properties": {"on": {"const": None}, "x": {"type": "integer"}}, "required": ["on", "x"]}
-    b = {"type": "object", "properties": {"on": {"const": False}, "x": {"type": "integer"}}, "required": ["on"]}
-    schema = {"anyOf": [a, b]}
-    assert accepts(svc, schema, '{"x": 1, "on": null}')
-    assert accepts(svc, schema, '{"on": false}')
-    assert not accepts(svc, schema, '{"on": null}')
+def test_a_checked_literal_is_read_as_json(union_svc):
+    schema = two_branches("on", {"const": None}, {"const": False})
+    assert accepts(union_svc, schema, '{"x": 1, "on": null}')
+    assert accepts(union_svc, schema, '{"on": false}')
+    assert not accepts(union_svc, schema, '{"on": null}')
 
 
-def test_number_values_tagjit_spells_keep_declared_order_in_a_union(llama3_info):
-    svc = union_service(llama3_info)
-    a = {"type": "object", "properties": {"on": {"enum": [1]}, "x": {"type": "integer"}}, "required": ["on", "x"]}
-    b = {"type": "object", "properties": {"on": {"enum": [2]}, "x": {"type": "integer"}}, "required": ["on"]}
-    schema = {"anyOf": [a, b]}  # the values are tagjit's own rule (1.0, 1e0 ...), which the filter does not read
-    assert accepts(svc, schema, '{"on": 1, "x": 1}')
-    assert not accepts(svc, schema, '{"x": 1, "on": 1}')
-    assert not accepts(svc, schema, '{"on": 1}')
+def test_number_values_tagjit_spells_keep_declared_order_in_a_union(union_svc):
+    # The values are tagjit's own rule (1.0, 1e0 ...), which the filter does not read.
+    schema = two_branches("on", {"enum": [1]}, {"enum": [2]})
+    assert accepts(union_svc, schema, '{"on": 1, "x": 1}')
+    assert not accepts(union_svc, schema, '{"x": 1, "on": 1}')
+    assert not accepts(union_svc, schema, '{"on": 1}')
 
 
 def test_branches_that_share_a_value_tagjit_writes_itself_take_any_order(union_svc):
