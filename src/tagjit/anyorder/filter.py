@@ -50,16 +50,18 @@ def _step(mode: int, stack: list, data: bytes, i: int = 0) -> tuple[int, int]:
     while i < n:
         if mode == _S:
             m = _STR_STOP.search(data, i)
+            checking = stack[-1][0] == _C
             if m is None:
-                if stack[-1][0] == _C:
+                if checking:
                     _grow(stack, data[i:])
                 return mode, n
-            if stack[-1][0] == _C:
-                _grow(stack, data[i:m.end() - 1] if data[m.end() - 1] == 0x22 else data[i:m.end()])
-            i = m.end()
-            mode = _N if data[i - 1] == 0x22 else _SE
-            if mode == _N and stack[-1][0] == _C and not _checked(stack, True):
-                return _REJECT, i
+            end = m.end()
+            mode = _N if data[end - 1] == 0x22 else _SE
+            if checking:
+                _grow(stack, data[i:end - 1] if mode == _N else data[i:end])
+                if mode == _N and not _checked(stack, True):
+                    return _REJECT, end
+            i = end
             continue
         if mode == _SE:
             if stack[-1][0] == _C:

@@ -40,6 +40,7 @@ from tagjit.build.splice import PLACEHOLDER_PREFIX
 from tagjit.errors import ConstraintError, UnsupportedFeatureError
 from tagjit.schema import keywords
 from tagjit.schema.keywords import children, pointer_parts, resolve, step
+from tagjit.schema.normalize import _json_type as json_type
 
 
 _OTHER_SHAPES = ("anyOf", "oneOf", "allOf", "$ref", "enum", "const", "patternProperties", "propertyNames")
@@ -450,11 +451,8 @@ def _add_checks(o: Obj, node: dict) -> None:
 
 def scalar_key(value: Any) -> tuple:
     """A JSON scalar as a set member: 1 and 1.0 meet, true and 1 do not."""
-    if isinstance(value, bool) or value is None:
-        return ("literal", value)
-    if isinstance(value, (int, float)):
-        return ("number", value)
-    return ("string", value)
+    t = json_type(value)
+    return ("number" if t == "integer" else t, value)
 
 
 def scalar_values(schema: Any) -> frozenset | None:
@@ -469,22 +467,8 @@ def scalar_values(schema: Any) -> frozenset | None:
     t = schema.get("type")
     if t is not None:
         types = t if isinstance(t, list) else [t]
-        values = [v for v in values if any(_is_type(v, x) for x in types)]
+        values = [v for v in values if json_type(v) in types or json_type(v) == "integer" and "number" in types]
     return frozenset(scalar_key(v) for v in values)
-
-
-def _is_type(value: Any, t: Any) -> bool:
-    if t == "string":
-        return isinstance(value, str)
-    if t == "boolean":
-        return isinstance(value, bool)
-    if t == "null":
-        return value is None
-    if t == "integer":
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer()
-    if t == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    return False
 
 
 def _refs_into_root(schema: dict) -> bool:
