@@ -17,6 +17,7 @@ from tagjit.compile.service import CompileService
 from tagjit.errors import UnsupportedFeatureError
 from tagjit.runtime.matcher import allocate_token_bitmask
 from tagjit.build.grammars import json_schema_grammar
+from tagjit.build.keys import key_text, negate
 from tagjit.settings import Settings
 from tagjit.constraint import Constraint
 
@@ -321,6 +322,47 @@ def test_real_oneof_of_objects_takes_its_members_in_any_order(llama3_info):
     assert not accepts(svc, raw["schema"], '{"radius": 5, "shape": "rectangle"}')
     for test in raw["tests"]:
         assert accepts(svc, raw["schema"], json.dumps(test["data"])) == test["valid"]
+
+
+def test_a_name_one_branch_leaves_out_is_refused_where_another_branch_wrote_it(union_svc):
+    a = {"type": "object", "properties": {"r": {}, "n": {}, "s": {}}, "required": ["n", "s"],
+         "additionalProperties": False}
+    every_name_but_n = key_text(negate({"names": ["n"]}))  # the languages tagjit writes for an exact oneOf
+    b = {"type": "object", "properties": {"r": {}}, "required": ["r"], "patternProperties": {every_name_but_n: {}},
+         "additionalProperties": False}
+    schema = {"anyOf": [a, b]}
+    assert accepts(union_svc, schema, '{"s": 1, "r": 1, "n": 1}')
+    assert accepts(union_svc, schema, '{"q": 1, "r": 1}')
+    # Branch a's grammar writes this and lacks its "s"; branch b requires only "r" but does not take "n".
+    assert not jsonschema.Draft202012Validator(schema).is_valid({"r": 1, "n": 1})
+    assert not accepts(union_svc, schema, '{"r": 1, "n": 1}')
+
+
+AREA = "Glaiveai2K---calculate_area_4bbe47e7.json"  # a oneOf of required sets beside the properties
+AREA_VALUES = {"shape": st.sampled_from(["circle", "square"]), "radius": st.integers(0, 9),
+               "length": st.integers(0, 9), "width": st.integers(0, 9), "base": st.integers(0, 9),
+               "height": st.integers(0, 9), "other": st.just("x")}
+
+
+def test_a_oneof_of_required_sets_takes_its_members_in_any_order(lenient_union_svc):
+    # tagjit makes the oneOf exact by splitting it into objects that each leave out some names; the names they do
+    # not declare are a patternProperties language, "every name but these", which the filter checks too.
+    raw = maskbench(AREA)
+    assert accepts(lenient_union_svc, raw["schema"], '{"shape": "circle", "radius": 10}')
+    assert accepts(lenient_union_svc, raw["schema"], '{"width": 2, "other": 1, "shape": "circle", "length": 3}')
+    assert not accepts(lenient_union_svc, raw["schema"], '{"width": 2, "radius": 1, "shape": "circle", "length": 3}')
+    for test in raw["tests"]:
+        assert accepts(lenient_union_svc, raw["schema"], json.dumps(test["data"])) == test["valid"]
+
+
+@hsettings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_oneof_of_required_sets_accepts_exactly_what_json_schema_validates(lenient_union_svc, data):
+    schema = maskbench(AREA)["schema"]
+    names = data.draw(st.lists(st.sampled_from(list(AREA_VALUES)), unique=True))
+    instance = {n: data.draw(AREA_VALUES[n]) for n in names}
+    valid = jsonschema.Draft202012Validator(schema).is_valid(instance)
+    assert accepts(lenient_union_svc, schema, json.dumps(instance)) == valid, instance
 
 
 def test_real_schema_with_64_properties_takes_any_order(service):

@@ -351,22 +351,55 @@ SERVICES = {"type": "object", "properties": {"version": {"type": "string"}},
                                                                              "port": {"type": "integer"}}}}}
 
 
-def test_under_the_any_order_default_an_object_below_patterns_keeps_its_declared_order(llama3_info):
+# Two patterns whose values differ: the filter cannot tell which one a name takes.
+SERVICES_AND_JOBS = {**SERVICES, "patternProperties": {**SERVICES["patternProperties"],
+                                                       "^job_": {"type": "object", "properties": {
+                                                           "cron": {"type": "string"}, "image": {"type": "string"}}}}}
+
+
+def test_under_the_any_order_default_an_object_below_one_pattern_takes_any_order(llama3_info):
     any_order = CompileService(llama3_info, UNHURRIED.replace(any_order_default=True))
-    assert accepts(any_order, SERVICES, '{"version": "1", "svc_web": {"image": "nginx", "port": 80}}')
-    assert not accepts(any_order, SERVICES, '{"version": "1", "svc_web": {"port": 80, "image": "nginx"}}')
+    assert accepts(any_order, SERVICES, '{"version": "1", "svc_web": {"port": 80, "image": "nginx"}}')
+    assert not accepts(any_order, SERVICES, '{"version": "1", "svc_web": {"port": 80, "port": 81}}')
 
 
-def test_x_any_order_below_patterns_stays_refused_naming_it(service):
-    schema = {**SERVICES, "patternProperties": {"^svc_": {**SERVICES["patternProperties"]["^svc_"],
-                                                          "x-any-order": True}}}
+def test_under_the_any_order_default_objects_below_several_patterns_keep_their_declared_order(llama3_info):
+    any_order = CompileService(llama3_info, UNHURRIED.replace(any_order_default=True))
+    assert accepts(any_order, SERVICES_AND_JOBS, '{"svc_web": {"image": "nginx", "port": 80}, "version": "1"}')
+    assert not accepts(any_order, SERVICES_AND_JOBS, '{"version": "1", "svc_web": {"port": 80, "image": "nginx"}}')
+
+
+def test_x_any_order_below_several_patterns_stays_refused_naming_it(service):
+    schema = {**SERVICES_AND_JOBS, "patternProperties": {
+        **SERVICES_AND_JOBS["patternProperties"],
+        "^svc_": {**SERVICES["patternProperties"]["^svc_"], "x-any-order": True}}}
     with pytest.raises(UnsupportedFeatureError, match="x-any-order below patternProperties"):
         service.validate(Constraint.of(Kind.JSON, schema))
 
 
-def test_x_any_order_on_an_object_with_patterns_stays_refused_naming_them(service):
-    with pytest.raises(UnsupportedFeatureError, match="x-any-order on an object with 'patternProperties'"):
-        service.validate(Constraint.of(Kind.JSON, {**SERVICES, "x-any-order": True}))
+def test_x_any_order_on_an_object_with_patterns_takes_declared_and_pattern_names_in_any_order(service):
+    schema = {**SERVICES, "x-any-order": True}
+    assert accepts(service, schema, '{"svc_web": {"image": "nginx"}, "version": "1", "svc_db": {}}')
+    assert not accepts(service, schema, '{"svc_web": {"image": 1}, "version": "1"}')
+    assert not accepts(service, schema, '{"svc_web": {}, "web": {}, "version": "1"}')  # strict: no other name
+    assert not accepts(service, schema, '{"svc_web": {}, "version": "1", "svc_web": {}}')
+
+
+# Declared names, one of which a pattern also matches (both schemas apply), names only a pattern matches, names no
+# pattern matches: the any-order object takes exactly the members JSON Schema does.
+TAGGED_SERVICES = {"type": "object", "x-any-order": True, "required": ["version"],
+                   "properties": {"version": {"type": "string"}, "svc_main": {"type": "object", "required": ["port"]}},
+                   "patternProperties": {"^svc_": {"type": "object", "properties": {"port": {"type": "integer"}}}},
+                   "additionalProperties": {"type": "boolean"}}
+SERVICE_VALUES = st.sampled_from(["1", True, {}, {"port": 80}, {"port": "80"}])
+
+
+@settings(max_examples=150, deadline=None)
+@given(members=st.dictionaries(st.sampled_from(["version", "svc_main", "svc_web", "svc_db", "debug", "x"]),
+                               SERVICE_VALUES))
+def test_an_any_order_object_with_patterns_accepts_exactly_what_json_schema_validates(service, members):
+    valid = jsonschema.Draft202012Validator(TAGGED_SERVICES).is_valid(members)
+    assert accepts(service, TAGGED_SERVICES, json.dumps(members)) is valid, members
 
 
 # -- value patterns of the real schemas -------------------------------------------------------------

@@ -7,8 +7,6 @@ per-request byte automaton and token filter) and ``vocab`` (per-tokenizer tables
 
 from __future__ import annotations
 
-from typing import Callable
-
 import xgrammar as xgr
 
 from tagjit.anyorder.ebnf import AnyOrderEbnf, strip_keywords, xgr_json
@@ -16,20 +14,22 @@ from tagjit.anyorder.filter import AnyOrderFilter, AnyOrderSpec, step_state
 from tagjit.anyorder.plan import KEYWORD, KEYWORD_DEFAULT, AnyOrderPlan, key_spelling, wants_any_order, with_any_order
 from tagjit.anyorder.vocab import vocab_tables
 from tagjit.build.ebnf import Built
+from tagjit.build.splice import Lifted
 from tagjit.settings import Settings
 
 __all__ = ["KEYWORD", "KEYWORD_DEFAULT", "wants_any_order", "with_any_order", "key_spelling", "build",
            "AnyOrderSpec", "AnyOrderFilter", "step_state", "vocab_tables"]
 
 
-def build(schema: dict, settings: Settings, canonical: Callable[[str], str] | None = None) -> Built:
-    """The grammar and token filter of a schema with any-order objects (``canonical``: the schema text with tagjit's
-    placeholders spelled out, ``splice.Lifted.canonical``)."""
+def build(schema: dict, settings: Settings, lifted: Lifted | None = None) -> Built:
+    """The grammar and token filter of a schema with any-order objects (``lifted``: what stands behind the schema's
+    placeholders, ``build.splice.lift``)."""
     default = settings.any_order_default
     if isinstance(schema.get(KEYWORD_DEFAULT), bool):
         default = schema[KEYWORD_DEFAULT]
-    plan = AnyOrderPlan(schema, default, settings.strict_mode, canonical)
+    plan = AnyOrderPlan(schema, default, settings.strict_mode, lifted and lifted.canonical,
+                        lifted.key_exprs if lifted else None)
     if not plan.ao:
         return Built(xgr_json(strip_keywords(schema), settings))
-    ebnf = AnyOrderEbnf(plan, settings).text()
+    ebnf = AnyOrderEbnf(plan, settings, lifted and lifted.key_rule).text()
     return Built(xgr.Grammar.from_ebnf(ebnf), AnyOrderSpec(plan.root_val, tight=settings.max_whitespace is not None))

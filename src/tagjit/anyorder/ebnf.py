@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 import xgrammar as xgr
 
@@ -27,9 +27,11 @@ def strip_keywords(node: Any) -> Any:
 class AnyOrderEbnf:
     """EBNF for a plan: one xgrammar conversion of every value schema, plus the any-order object rules."""
 
-    def __init__(self, plan: AnyOrderPlan, settings: Settings) -> None:
+    def __init__(self, plan: AnyOrderPlan, settings: Settings,
+                 key_rule: Callable[[str], tuple[str, list[str]]] | None = None) -> None:
         self.plan = plan
         self.settings = settings
+        self.key_rule = key_rule  # a patternProperties key's placeholder -> its rule's name and rules
         self.nonce = uuid.uuid4().hex[:12]
         self.ao_index: dict[int, int] = {}
         for i in plan.nodes:
@@ -92,6 +94,7 @@ class AnyOrderEbnf:
         branches: list[Any] = [{"const": f"__tagjit_first_{self.nonce}__"}, root_t]
         ao_nodes = [plan.nodes[i] for i in self.ao_index]
         value_slots: list[list[int]] = []
+        pattern_slots: list[list[tuple[str, int]]] = []
         extra_slots: list[int] = []
         for node in ao_nodes:
             slots = []
@@ -99,6 +102,11 @@ class AnyOrderEbnf:
                 slots.append(len(branches))
                 branches.append(self._t(child) if isinstance(child, dict) else child)
             value_slots.append(slots)
+            keyed = []
+            for key, child in (node.get("patternProperties") or {}).items():
+                keyed.append((key, len(branches)))
+                branches.append(self._t(child) if isinstance(child, dict) else child)
+            pattern_slots.append(keyed)
             extra = node.get("additionalProperties", node.get("unevaluatedProperties"))
             if extra is False or (extra is None and s.strict_mode):
                 extra_slots.append(-1)
@@ -119,10 +127,17 @@ class AnyOrderEbnf:
         ws = '""' if s.dumps_spacing else _ws(s.max_whitespace)
         pre = ws if s.max_whitespace is None and not s.dumps_spacing else '""'  # bounded: as tighten_separators
         post = '" "' if s.dumps_spacing else ws
+        key_lines: dict[str, None] = {}
         for k, node in enumerate(ao_nodes):
             name = f"tagjit_ao_{self.nonce}_{k}"
             pairs = [f"({_lit(json.dumps(n, ensure_ascii=False))} {pre} \":\" {post} {alts[j]})"
                      for n, j in zip(node["properties"], value_slots[k])]
+            for key, slot in pattern_slots[k]:
+                if self.key_rule is None:
+                    raise UnsupportedFeatureError(f"{KEYWORD} beside patternProperties tagjit did not write")
+                rule, key_rules = self.key_rule(key)
+                pairs.append(f"(\"\\\"\" {rule} \"\\\"\" {pre} \":\" {post} {alts[slot]})")
+                key_lines.update(dict.fromkeys(key_rules))  # keys of one grammar share class rules
             if extra_slots[k] >= 0:
                 pairs.append(f"(\"\\\"\" {name}_key_0 {pre} \":\" {post} {alts[extra_slots[k]]})")
                 rules.extend(_other_key_rules(f"{name}_key", list(node["properties"]), f"tagjit_str_{self.nonce}"))
@@ -131,6 +146,7 @@ class AnyOrderEbnf:
                 rules.append(f"{name}_pair ::= " + " | ".join(pairs))
             else:
                 rules.append(f"{name} ::= \"{{\" {ws} \"}}\"")
+        rules.extend(key_lines)
         rules.append(f"tagjit_str_{self.nonce} ::= \"\\\"\" | [^\\0-\\x1f\\\"\\\\] tagjit_str_{self.nonce} "
                      f"| \"\\\\\" ([\\\"\\\\/bfnrt] | \"u\" [A-Fa-f0-9] [A-Fa-f0-9] [A-Fa-f0-9] [A-Fa-f0-9]) "
                      f"tagjit_str_{self.nonce}")

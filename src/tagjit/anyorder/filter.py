@@ -280,7 +280,8 @@ def _close_key(stack: list, top: tuple, obj: Obj, t: int, raw: bytes) -> int:
         return _N
     _, extra_ok = _slack(obj, used, count)
     # A declared name spelled differently (escapes) must use its own spelling; no name twice.
-    if not extra_ok or name in obj.index or name in extras:
+    # A union's branch refuses the names another branch's grammar writes and its own does not (plan._followable).
+    if not extra_ok or name in obj.index or name in extras or name in obj.forbidden:
         return _REJECT
     stack[-1] = (_O, obj, _AFTER_KEY, used, extras | {name}, count + 1, obj.extra)
     return _N

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 KEYWORD = "x-any-order"
 KEYWORD_DEFAULT = "x-any-order-default"
@@ -36,6 +36,7 @@ def with_any_order(schema: dict | bool, enabled: bool) -> dict | bool:
     return out
 
 
+from tagjit.build.keys import excluded_names
 from tagjit.build.splice import PLACEHOLDER_PREFIX
 from tagjit.errors import ConstraintError, UnsupportedFeatureError
 from tagjit.schema import keywords
@@ -43,7 +44,7 @@ from tagjit.schema.keywords import children, pointer_parts, resolve, step
 from tagjit.schema.normalize import _json_type as json_type
 
 
-_OTHER_SHAPES = ("anyOf", "oneOf", "allOf", "$ref", "enum", "const", "patternProperties", "propertyNames")
+_OTHER_SHAPES = ("anyOf", "oneOf", "allOf", "$ref", "enum", "const", "propertyNames")
 
 
 def _children(node: dict) -> Iterator[Any]:
@@ -66,7 +67,7 @@ class Val:
 class Obj:
     """A tracked object: any-order (keys checked) or declared-order (followed to reach nested ones)."""
 
-    __slots__ = ("ao", "names", "index", "children", "extra_ok", "extra", "req", "all", "min", "max",
+    __slots__ = ("ao", "names", "index", "children", "extra_ok", "extra", "forbidden", "req", "all", "min", "max",
                  "next", "term", "below", "path")
 
     def __init__(self) -> None:
@@ -76,6 +77,7 @@ class Obj:
         self.children: list[Val | None] = []
         self.extra_ok = False
         self.extra: Val | None = None
+        self.forbidden: frozenset[str] = frozenset()  # undeclared names the grammar of this object does not write
         self.req = 0
         self.all = 0
         self.min = 0
@@ -119,10 +121,11 @@ class AnyOrderPlan:
     """Finds the any-order objects and builds the structure the token filter follows."""
 
     def __init__(self, schema: dict, default: bool, strict: bool,
-                 canonical: Callable[[str], str] | None = None) -> None:
+                 canonical: Callable[[str], str] | None = None, keys: Mapping[str, dict] | None = None) -> None:
         self.root = schema
         self.strict = strict
         self.canonical = canonical or (lambda text: text)
+        self.keys = keys or {}  # patternProperties key (tagjit's placeholder) -> its name language
         self.nodes: dict[int, dict] = {}
         self.paths: dict[int, str] = {}
         self.edges: dict[int, list[int]] = {}
@@ -206,6 +209,9 @@ class AnyOrderPlan:
         for kw in _OTHER_SHAPES:
             if kw in node:
                 return f"'{kw}' beside 'properties'"
+        pattern = node.get("patternProperties", {})
+        if not isinstance(pattern, dict) or any(key not in self.keys for key in pattern):
+            return "'patternProperties' beside 'properties' that tagjit does not write as its own key rule"
         req = node.get("required", [])
         missing = [r for r in req if r not in node["properties"]] if isinstance(req, list) else []
         if missing:
@@ -319,7 +325,7 @@ class AnyOrderPlan:
         where no text of a's grammar passes b's checks (``_told_apart``), or where whatever a's grammar writes under
         a name b takes is also b's value there: the same schema, a value anything satisfies, or scalars the filter
         itself checks (``_writes_within``)."""
-        if not all(id(x) in self.ao for x in objs):
+        if not all(id(x) in self.ao and self._union_ready(x) for x in objs):
             return False  # an object in declared order (or untracked) gives the filter nothing to follow
         return all(self._told_apart(a, b) or self._writes_within(a, b) for a in objs for b in objs if a is not b)
 
@@ -335,19 +341,24 @@ class AnyOrderPlan:
                 written = scalar_values(pa[name])
                 if pa[name] is False or written is not None and not written & allowed:
                     return True
-            elif self._extra(a) is False:
+            elif self._extra(a) is False or name in self._forbidden(a):
                 return True
         return False
 
     def _writes_within(self, a: dict, b: dict) -> bool:
+        """Whether each name a's grammar writes holds a value b's takes there, or a name b's filter refuses."""
         pa, pb = a.get("properties") or {}, b.get("properties") or {}
         extra_a, extra_b = self._extra(a), self._extra(b)
+        gone_a, gone_b = self._forbidden(a), self._forbidden(b)
         for name, sa in pa.items():
-            if not (self._within(sa, pb[name]) if name in pb else extra_b is False or self._within(sa, extra_b, False)):
+            if name in pb:
+                if not self._within(sa, pb[name]):
+                    return False
+            elif not (extra_b is False or name in gone_b or self._within(sa, extra_b, False)):
                 return False
         if extra_a is False:
             return True
-        return (all(self._within(extra_a, sb) for name, sb in pb.items() if name not in pa)
+        return (all(self._within(extra_a, sb) for name, sb in pb.items() if name not in pa and name not in gone_a)
                 and (extra_b is False or self._within(extra_a, extra_b, False)))
 
     def _within(self, a: Any, b: Any, checked: bool = True) -> bool:
@@ -363,11 +374,35 @@ class AnyOrderPlan:
         return self.canonical(json.dumps(a)) == self.canonical(json.dumps(b))
 
     def _extra(self, node: dict) -> Any:
-        """What an undeclared name's value may be: a schema, True, or False (no undeclared name)."""
+        """What an undeclared name's value may be: a schema, True, or False (no undeclared name); None where the
+        names' values differ by pattern (more than one patternProperties language)."""
+        pattern = node.get("patternProperties")
+        if isinstance(pattern, dict) and pattern:
+            # Normalised (schema.pattern_properties): the languages are the only undeclared names.
+            return next(iter(pattern.values())) if len(pattern) == 1 else None
         extra = node.get("additionalProperties", node.get("unevaluatedProperties"))
         if extra is None:
             return True if not self.strict or "patternProperties" in node else False
         return extra if isinstance(extra, dict) else extra is not False
+
+    def _forbidden(self, node: dict) -> frozenset[str]:
+        """The undeclared names a normalised object's one patternProperties language leaves out (the filter refuses
+        them in a union's branch)."""
+        pattern = node.get("patternProperties")
+        if not isinstance(pattern, dict) or len(pattern) != 1:
+            return frozenset()
+        expr = self.keys.get(next(iter(pattern)))
+        gone = excluded_names(expr) if expr is not None else None
+        return (gone or frozenset()) - set(node.get("properties") or {})
+
+    def _union_ready(self, node: dict) -> bool:
+        """Whether the filter can tell an object's undeclared names as its grammar does: none, any, or all but a
+        few (the filter refuses those)."""
+        pattern = node.get("patternProperties")
+        if not isinstance(pattern, dict) or not pattern:
+            return True
+        expr = self.keys.get(next(iter(pattern))) if len(pattern) == 1 else None
+        return expr is not None and excluded_names(expr) is not None
 
     def _obj(self, node: dict, checked: bool = False) -> Obj:
         hit = self._objs.get(id(node))
@@ -389,16 +424,19 @@ class AnyOrderPlan:
         if id(node) in self._checked:
             _add_checks(o, node)
         extra = node.get("additionalProperties", node.get("unevaluatedProperties"))
+        pattern = node.get("patternProperties")
         if extra is None:
             o.extra_ok = not self.strict or "patternProperties" in node
         else:
-            o.extra_ok = extra is not False
+            o.extra_ok = extra is not False or bool(pattern)  # the grammar writes only the patterns' names
         if isinstance(extra, dict):
             o.extra = self._val(extra)
-        pattern = node.get("patternProperties")
+        o.forbidden = self._forbidden(node)
         below = [s for s in pattern.values() if isinstance(s, dict) and id(s) in self.has_ao] \
             if isinstance(pattern, dict) else []
-        if below:  # the filter would have to tell which pattern a name matches
+        if below and len(pattern) == 1 and extra is False:  # every undeclared name takes that value
+            o.extra = self._val(below[0])
+        elif below:  # the filter would have to tell which pattern a name matches
             raise _Ambiguous(o.path, self._ao_below(below), f"{KEYWORD} below patternProperties")
         if not o.ao:
             return o

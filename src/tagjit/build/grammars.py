@@ -43,7 +43,7 @@ def json_schema_grammar(schema: dict | bool, settings: Settings) -> Built:
     schema = schema_mod.prepare_schema(schema, settings.strict_mode)
     if any_order.wants_any_order(schema, settings.any_order_default):
         lifted, own = lift(schema)
-        built = any_order.build(lifted, settings, own.canonical)
+        built = any_order.build(lifted, settings, own)
         return Built(fix_string_lengths(own.splice(built.grammar)), built.filter_spec)
     return Built(prepared_json_grammar(schema, settings))
 

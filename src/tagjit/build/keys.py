@@ -55,6 +55,18 @@ def negate(expr: dict) -> dict:
     return expr["not"] if "not" in expr else {"not": expr}
 
 
+def excluded_names(expr: dict) -> frozenset[str] | None:
+    """The names a language leaves out, where it is every name but finitely many (else None)."""
+    if "not" in expr and isinstance(expr["not"].get("names"), list):
+        return frozenset(expr["not"]["names"])
+    if "all" not in expr and not expr.get("any"):
+        return None
+    parts = [excluded_names(e) for e in expr.get("all", expr.get("any"))]
+    if None in parts:
+        return None
+    return frozenset().union(*parts) if "all" in expr else frozenset.intersection(*parts)
+
+
 def key_text(expr: dict) -> str:
     """The patternProperties key of a language: a Python regex with that language, the expression in a comment."""
     carried = json.dumps(expr, ensure_ascii=False).replace("%", "%25").replace(")", "%29")

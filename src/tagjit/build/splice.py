@@ -51,6 +51,7 @@ class Lifted:
         self.json_style = json_style
         self.rules: dict[str, tuple[str, list[str]]] = {}  # placeholder -> (rule name, rules)
         self.key_states = 0  # states of the property-name automata whose masks xgrammar precomputes
+        self.key_exprs: dict[str, dict] = {}  # placeholder of a patternProperties key -> its language
 
     def _placeholder(self, prefix: str, rules: Any) -> str:
         """A new placeholder constant for the rules ``rules(name)`` under a fresh rule name."""
@@ -163,6 +164,10 @@ class Lifted:
         keep = {k: v for k, v in n.items() if k in ("$defs", "definitions")}
         return {**keep, "anyOf": parts} if len(parts) > 1 else {**parts[0], **keep}
 
+    def key_rule(self, placeholder: str) -> tuple[str, list[str]]:
+        """The rule name and rules of a patternProperties key's placeholder (for grammars tagjit writes around it)."""
+        return self.rules[placeholder]
+
     def _own(self, prefix: str, rules: Any) -> dict:
         return {"const": self._placeholder(prefix, rules)}
 
@@ -172,7 +177,7 @@ class Lifted:
             return grammar
         grammar = self._swap_keys(grammar)
         text, printed = swap_const_literals(str(grammar), {p: name for p, (name, _) in self.rules.items()})
-        extra = list(dict.fromkeys(rule for p in printed for rule in self.rules[p][1]))  # shared rules once
+        extra = _undefined(text, (rule for p in printed for rule in self.rules[p][1]))  # shared rules once
         return xgr.Grammar.from_ebnf(text + "\n" + "\n".join(extra) + "\n", root_rule_name="root")
 
     def _pattern_keys(self, n: dict) -> dict:
@@ -191,7 +196,9 @@ class Lifted:
             precomputed = self.key_states + key_states(expr) <= PRECOMPUTED_KEY_STATES
             if precomputed:
                 self.key_states += key_states(expr)
-            renamed[self._placeholder(KEY_PREFIX, lambda name: key_rules(expr, name, precomputed))] = schema
+            placeholder = self._placeholder(KEY_PREFIX, lambda name: key_rules(expr, name, precomputed))
+            self.key_exprs[placeholder] = expr
+            renamed[placeholder] = schema
         return {**n, "patternProperties": renamed}
 
     def _swap_keys(self, grammar: xgr.Grammar) -> xgr.Grammar:
@@ -200,8 +207,15 @@ class Lifted:
         if not keys:
             return grammar
         text, printed = swap_key_regexes(str(grammar), keys)
-        extra = list(dict.fromkeys(rule for p in printed for rule in self.rules[p][1]))  # class rules once
+        extra = _undefined(text, (rule for p in printed for rule in self.rules[p][1]))  # class rules once
         return xgr.Grammar.from_ebnf(text + "\n" + "\n".join(extra) + "\n", root_rule_name="root")
+
+
+def _undefined(text: str, rules: Any) -> list[str]:
+    """The rules, once each, that the grammar text does not define yet (a grammar written around placeholders, as
+    the any-order one, may hold some already)."""
+    defined = {line.split(" ::= ", 1)[0] for line in text.splitlines() if " ::= " in line}
+    return [r for r in dict.fromkeys(rules) if r.split(" ::= ", 1)[0] not in defined]
 
 
 def pattern_with_lengths(n: dict) -> bool:
