@@ -338,6 +338,22 @@ def test_a_name_one_branch_leaves_out_is_refused_where_another_branch_wrote_it(u
     assert not accepts(union_svc, schema, '{"r": 1, "n": 1}')
 
 
+def test_a_pattern_that_spells_out_its_strings_tells_branches_apart(union_svc):
+    schema = two_branches("status", {"type": "string", "pattern": "^success$"},
+                          {"type": "string", "pattern": "^(fail|error)$"})
+    assert accepts(union_svc, schema, '{"x": 1, "status": "success"}')
+    assert accepts(union_svc, schema, '{"status": "error"}')
+    assert not accepts(union_svc, schema, '{"status": "success"}')  # branch a's, without its "x"
+
+
+def test_a_real_union_told_apart_by_status_patterns_takes_its_members_in_any_order(lenient_union_svc):
+    raw = maskbench("Github_medium---o71265.json")  # JSend: "status" is "^success$", "^fail$" or "^error$"
+    for test in raw["tests"]:
+        assert accepts(lenient_union_svc, raw["schema"], json.dumps(test["data"])) == test["valid"]
+    assert accepts(lenient_union_svc, raw["schema"], '{"data": [{"code": 1, "message": "m"}], "status": "fail"}')
+    assert not accepts(lenient_union_svc, raw["schema"], '{"data": [{"code": 1}], "status": "fail"}')
+
+
 AREA = "Glaiveai2K---calculate_area_4bbe47e7.json"  # a oneOf of required sets beside the properties
 AREA_VALUES = {"shape": st.sampled_from(["circle", "square"]), "radius": st.integers(0, 9),
                "length": st.integers(0, 9), "width": st.integers(0, 9), "base": st.integers(0, 9),

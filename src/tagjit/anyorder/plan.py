@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Callable, Iterator, Mapping
 
 KEYWORD = "x-any-order"
@@ -493,9 +494,22 @@ def scalar_key(value: Any) -> tuple:
     return ("number" if t == "integer" else t, value)
 
 
+# A pattern that spells out its strings: anchored literal alternatives (``^success$``, ``^(fail|error)$``).
+_LITERALS = re.compile(r"\^\(?([\w -]+(?:\|[\w -]+)*)\)?\$")
+
+
 def scalar_values(schema: Any) -> frozenset | None:
-    """The values an ``enum``/``const`` of scalars allows (as ``scalar_key``s), if that is all the schema says."""
-    if not isinstance(schema, dict) or not set(schema) - keywords.ANNOTATIONS - {"type"} <= {"enum", "const"}:
+    """The values an ``enum``/``const`` of scalars allows (as ``scalar_key``s), or a string ``pattern`` that lists
+    its strings, if that is all the schema says."""
+    if not isinstance(schema, dict):
+        return None
+    said = set(schema) - keywords.ANNOTATIONS
+    if said == {"type", "pattern"} and schema["type"] == "string" and isinstance(schema["pattern"], str):
+        m = _LITERALS.fullmatch(schema["pattern"])
+        if m is None or (m.group(0).count("(") != m.group(0).count(")")):
+            return None
+        return frozenset(scalar_key(v) for v in m.group(1).split("|"))
+    if not said - {"type"} <= {"enum", "const"}:
         return None
     values = [schema["const"]] if "const" in schema else schema.get("enum")
     if not isinstance(values, list) or "const" in schema and "enum" in schema:
