@@ -609,3 +609,53 @@ def test_real_jsonschemabench_schema_accepts_reordered_instance(service):
     opted = any_order.with_any_order(schema, True)
     compiled = service.compile(Constraint.of("json", opted))
     assert compiled.filter_spec is not None
+
+
+# -- the filter's mask shortcuts (which tokens it looks at, its caches) never change its verdict ------------------
+
+def unpacked(bitmask, vocab_size: int) -> np.ndarray:
+    return np.unpackbits(bitmask[0].numpy().view(np.uint8), bitorder="little")[:vocab_size].astype(bool)
+
+
+PATTERN_UNION = {"anyOf": [
+    {"type": "object", "properties": {"r": {"type": "integer"}, "n": {"type": "boolean"}, "s": {"type": "string"}},
+     "required": ["n", "s"], "additionalProperties": False},
+    {"type": "object", "properties": {"r": {"type": "integer"}}, "required": ["r"],
+     "patternProperties": {key_text(negate({"names": ["n"]})): {"type": "string"}}, "additionalProperties": False},
+]}
+PATTERN_OBJECT = {"type": "object", "required": ["v"], "properties": {"v": {"type": "string"}},
+                  "patternProperties": {"^svc_": {"type": "object", "properties": {
+                      "image": {"type": "string"}, "port": {"type": "integer"}}, "required": ["port"]}}}
+
+
+@pytest.mark.parametrize("schema", [TAGGED, PATTERN_UNION, PATTERN_OBJECT], ids=["tagged", "pattern-union", "patterns"])
+def test_the_mask_keeps_exactly_the_tokens_the_filter_accepts(llama3_info, schema):
+    svc = CompileService(llama3_info, UNHURRIED.replace(any_order_default=True, strict_mode=False, max_whitespace=1))
+    m = svc.grammar(Constraint.of("json", schema))
+    vocab = [bytes(t) for t in llama3_info.decoded_vocab]
+    n = llama3_info.vocab_size
+    bitmask = allocate_token_bitmask(1, n)
+    rng = random.Random(1)
+    stops = set(llama3_info.stop_token_ids)
+    structural = {t for t, b in enumerate(vocab) if any(c in b for c in b'",}]:{[\\')}
+    cleared = 0
+    for _ in range(6):
+        m.reset()
+        for _ in range(40):
+            m._ensure().fill_next_token_bitmask(bitmask, 0)  # the grammar alone
+            grammar_only = unpacked(bitmask, n)
+            m.fill_bitmask(bitmask, 0)
+            kept = unpacked(bitmask, n)
+            assert not (kept & ~grammar_only).any()
+            state = m._filter.state
+            looked = [t for t in np.flatnonzero(grammar_only).tolist() if t in structural or rng.random() < 0.005]
+            for t in looked:
+                assert kept[t] == (t >= len(vocab) or any_order.step_state(state, vocab[t]) is not None), vocab[t]
+            cleared += int((grammar_only & ~kept).sum())
+            choices = [t for t in np.flatnonzero(kept).tolist() if t not in stops]
+            if not choices:
+                break
+            shaped = [t for t in choices if t in structural]
+            t = rng.choice(shaped if shaped and rng.random() < 0.8 else choices)
+            assert m.accept_token(t)
+    assert cleared > 0
