@@ -338,12 +338,24 @@ def test_a_name_one_branch_leaves_out_is_refused_where_another_branch_wrote_it(u
     assert not accepts(union_svc, schema, '{"r": 1, "n": 1}')
 
 
+STATUS = two_branches("status", {"type": "string", "pattern": "^success$"},
+                      {"type": "string", "pattern": "^(fail|error)$"})
+
+
 def test_a_pattern_that_spells_out_its_strings_tells_branches_apart(union_svc):
-    schema = two_branches("status", {"type": "string", "pattern": "^success$"},
-                          {"type": "string", "pattern": "^(fail|error)$"})
-    assert accepts(union_svc, schema, '{"x": 1, "status": "success"}')
-    assert accepts(union_svc, schema, '{"status": "error"}')
-    assert not accepts(union_svc, schema, '{"status": "success"}')  # branch a's, without its "x"
+    assert accepts(union_svc, STATUS, '{"x": 1, "status": "success"}')
+    assert accepts(union_svc, STATUS, '{"status": "error"}')
+    assert not accepts(union_svc, STATUS, '{"status": "success"}')  # branch a's, without its "x"
+
+
+@hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_union_told_apart_by_patterns_accepts_exactly_what_json_schema_validates(union_svc, data):
+    names = data.draw(st.lists(st.sampled_from(["status", "x"]), unique=True))
+    values = {"status": st.sampled_from(["success", "fail", "error", "succes", "failure", ""]), "x": st.integers(0, 9)}
+    instance = {n: data.draw(values[n]) for n in names}
+    valid = jsonschema.Draft202012Validator(STATUS).is_valid(instance)
+    assert accepts(union_svc, STATUS, json.dumps(instance)) == valid, instance
 
 
 def test_a_real_union_told_apart_by_status_patterns_takes_its_members_in_any_order(lenient_union_svc):
