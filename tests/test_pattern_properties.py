@@ -385,6 +385,15 @@ def test_x_any_order_on_an_object_with_patterns_takes_declared_and_pattern_names
     assert not accepts(service, schema, '{"svc_web": {}, "version": "1", "svc_web": {}}')
 
 
+def test_an_any_order_object_and_a_declared_order_one_share_their_key_rules(service):
+    def obj(any_order: bool) -> dict:
+        return {"type": "object", "x-any-order": any_order, "properties": {"a": {"type": "integer"}},
+                "required": ["a"], "patternProperties": {"^x_[a-z]+$": {"type": "integer"}}}
+    schema = {"type": "object", "properties": {"p": obj(True), "q": obj(False)}, "required": ["p", "q"]}
+    assert accepts(service, schema, '{"p": {"x_b": 1, "a": 2}, "q": {"a": 1, "x_c": 3}}')
+    assert not accepts(service, schema, '{"p": {"a": 2}, "q": {"x_c": 3, "a": 1}}')
+
+
 # Declared names, one of which a pattern also matches (both schemas apply), names only a pattern matches, names no
 # pattern matches: the any-order object takes exactly the members JSON Schema does.
 TAGGED_SERVICES = {"type": "object", "x-any-order": True, "required": ["version"],
