@@ -17,6 +17,7 @@ from tagjit.compile.service import CompileService
 from tagjit.errors import UnsupportedFeatureError
 from tagjit.runtime.matcher import allocate_token_bitmask
 from tagjit.build.grammars import json_schema_grammar
+from tagjit.anyorder.plan import scalar_values
 from tagjit.build.keys import key_text, negate
 from tagjit.settings import Settings
 from tagjit.constraint import Constraint
@@ -356,6 +357,15 @@ def test_a_union_told_apart_by_patterns_accepts_exactly_what_json_schema_validat
     instance = {n: data.draw(values[n]) for n in names}
     valid = jsonschema.Draft202012Validator(STATUS).is_valid(instance)
     assert accepts(union_svc, STATUS, json.dumps(instance)) == valid, instance
+
+
+def test_only_an_anchored_literal_or_group_of_them_reads_as_a_list_of_strings():
+    def read(pattern: str):
+        return scalar_values({"type": "string", "pattern": pattern})
+    assert read("^(fail|error)$") == {("string", "fail"), ("string", "error")}
+    assert read("^success$") == {("string", "success")}
+    # "^ok|no$" is every string that starts with "ok" or ends with "no"; the others are not anchored, or not literal.
+    assert [read(p) for p in ("^ok|no$", "^(a)|(b)$", "ok", "^a.b$", "^(ab$")] == [None] * 5
 
 
 def test_a_real_union_told_apart_by_status_patterns_takes_its_members_in_any_order(lenient_union_svc):

@@ -494,8 +494,9 @@ def scalar_key(value: Any) -> tuple:
     return ("number" if t == "integer" else t, value)
 
 
-# A pattern that spells out its strings: anchored literal alternatives (``^success$``, ``^(fail|error)$``).
-_LITERALS = re.compile(r"\^\(?([\w -]+(?:\|[\w -]+)*)\)?\$")
+# A pattern that spells out its strings: an anchored literal or a group of them (``^success$``, ``^(fail|error)$``;
+# ``^ok|no$`` is "starts with ok or ends with no").
+_LITERALS = re.compile(r"\^(?:\(([\w -]+(?:\|[\w -]+)*)\)|([\w -]+))\$")
 
 
 def scalar_values(schema: Any) -> frozenset | None:
@@ -506,9 +507,7 @@ def scalar_values(schema: Any) -> frozenset | None:
     said = set(schema) - keywords.ANNOTATIONS
     if said == {"type", "pattern"} and schema["type"] == "string" and isinstance(schema["pattern"], str):
         m = _LITERALS.fullmatch(schema["pattern"])
-        if m is None or (m.group(0).count("(") != m.group(0).count(")")):
-            return None
-        return frozenset(scalar_key(v) for v in m.group(1).split("|"))
+        return None if m is None else frozenset(scalar_key(v) for v in (m.group(1) or m.group(2)).split("|"))
     if not said - {"type"} <= {"enum", "const"}:
         return None
     values = [schema["const"]] if "const" in schema else schema.get("enum")
