@@ -27,9 +27,8 @@ def build(schema: dict, settings: Settings, lifted: Lifted | None = None) -> Bui
     default = settings.any_order_default
     if isinstance(schema.get(KEYWORD_DEFAULT), bool):
         default = schema[KEYWORD_DEFAULT]
-    plan = AnyOrderPlan(schema, default, settings.strict_mode, lifted and lifted.canonical,
-                        lifted.key_exprs if lifted else None)
+    plan = AnyOrderPlan(schema, default, settings.strict_mode, lifted)
     if not plan.ao:
         return Built(xgr_json(strip_keywords(schema), settings))
-    ebnf = AnyOrderEbnf(plan, settings, lifted and lifted.key_rule).text()
+    ebnf = AnyOrderEbnf(plan, settings).text()
     return Built(xgr.Grammar.from_ebnf(ebnf), AnyOrderSpec(plan.root_val, tight=settings.max_whitespace is not None))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, Callable
+from typing import Any
 
 import xgrammar as xgr
 
@@ -27,11 +27,9 @@ def strip_keywords(node: Any) -> Any:
 class AnyOrderEbnf:
     """EBNF for a plan: one xgrammar conversion of every value schema, plus the any-order object rules."""
 
-    def __init__(self, plan: AnyOrderPlan, settings: Settings,
-                 key_rule: Callable[[str], tuple[str, list[str]]] | None = None) -> None:
+    def __init__(self, plan: AnyOrderPlan, settings: Settings) -> None:
         self.plan = plan
         self.settings = settings
-        self.key_rule = key_rule  # a patternProperties key's placeholder -> its rule's name and rules
         self.nonce = uuid.uuid4().hex[:12]
         self.ao_index: dict[int, int] = {}
         for i in plan.nodes:
@@ -133,9 +131,8 @@ class AnyOrderEbnf:
             pairs = [f"({_lit(json.dumps(n, ensure_ascii=False))} {pre} \":\" {post} {alts[j]})"
                      for n, j in zip(node["properties"], value_slots[k])]
             for key, slot in pattern_slots[k]:
-                if self.key_rule is None:
-                    raise UnsupportedFeatureError(f"{KEYWORD} beside patternProperties tagjit did not write")
-                rule, key_rules = self.key_rule(key)
+                assert plan.lifted is not None  # the plan takes only objects whose keys the lift wrote
+                rule, key_rules = plan.lifted.key_rule(key)
                 pairs.append(f"(\"\\\"\" {rule} \"\\\"\" {pre} \":\" {post} {alts[slot]})")
                 key_lines.update(dict.fromkeys(key_rules))  # keys of one grammar share class rules
             if extra_slots[k] >= 0:

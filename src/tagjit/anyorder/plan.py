@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Iterator
 
 KEYWORD = "x-any-order"
 KEYWORD_DEFAULT = "x-any-order-default"
@@ -38,7 +38,7 @@ def with_any_order(schema: dict | bool, enabled: bool) -> dict | bool:
 
 
 from tagjit.build.keys import excluded_names
-from tagjit.build.splice import PLACEHOLDER_PREFIX
+from tagjit.build.splice import PLACEHOLDER_PREFIX, Lifted
 from tagjit.errors import ConstraintError, UnsupportedFeatureError
 from tagjit.schema import keywords
 from tagjit.schema.keywords import children, pointer_parts, resolve, step
@@ -121,12 +121,13 @@ def key_spelling(name: str) -> str:
 class AnyOrderPlan:
     """Finds the any-order objects and builds the structure the token filter follows."""
 
-    def __init__(self, schema: dict, default: bool, strict: bool,
-                 canonical: Callable[[str], str] | None = None, keys: Mapping[str, dict] | None = None) -> None:
+    def __init__(self, schema: dict, default: bool, strict: bool, lifted: Lifted | None = None) -> None:
         self.root = schema
         self.strict = strict
-        self.canonical = canonical or (lambda text: text)
-        self.keys = keys or {}  # patternProperties key (tagjit's placeholder) -> its name language
+        self.lifted = lifted  # what stands behind the schema's placeholders (its key languages, its rules)
+        self.canonical = lifted.canonical if lifted else (lambda text: text)
+        self.keys = lifted.key_exprs if lifted else {}
+        self._gaps_of: dict[int, frozenset[str] | None] = {}
         self.nodes: dict[int, dict] = {}
         self.paths: dict[int, str] = {}
         self.edges: dict[int, list[int]] = {}
@@ -326,7 +327,7 @@ class AnyOrderPlan:
         where no text of a's grammar passes b's checks (``_told_apart``), or where whatever a's grammar writes under
         a name b takes is also b's value there: the same schema, a value anything satisfies, or scalars the filter
         itself checks (``_writes_within``)."""
-        if not all(id(x) in self.ao and self._union_ready(x) for x in objs):
+        if not all(id(x) in self.ao and self._gaps(x) is not None for x in objs):
             return False  # an object in declared order (or untracked) gives the filter nothing to follow
         return all(self._told_apart(a, b) or self._writes_within(a, b) for a in objs for b in objs if a is not b)
 
@@ -342,7 +343,7 @@ class AnyOrderPlan:
                 written = scalar_values(pa[name])
                 if pa[name] is False or written is not None and not written & allowed:
                     return True
-            elif self._extra(a) is False or name in self._forbidden(a):
+            elif self._extra(a) is False or name in (self._gaps(a) or ()):
                 return True
         return False
 
@@ -350,7 +351,7 @@ class AnyOrderPlan:
         """Whether each name a's grammar writes holds a value b's takes there, or a name b's filter refuses."""
         pa, pb = a.get("properties") or {}, b.get("properties") or {}
         extra_a, extra_b = self._extra(a), self._extra(b)
-        gone_a, gone_b = self._forbidden(a), self._forbidden(b)
+        gone_a, gone_b = self._gaps(a) or frozenset(), self._gaps(b) or frozenset()
         for name, sa in pa.items():
             if name in pb:
                 if not self._within(sa, pb[name]):
@@ -386,24 +387,21 @@ class AnyOrderPlan:
             return True if not self.strict or "patternProperties" in node else False
         return extra if isinstance(extra, dict) else extra is not False
 
-    def _forbidden(self, node: dict) -> frozenset[str]:
-        """The undeclared names a normalised object's one patternProperties language leaves out (the filter refuses
-        them in a union's branch)."""
+    def _gaps(self, node: dict) -> frozenset[str] | None:
+        """The undeclared names a normalised object's grammar does not write though its filter would take them: none
+        without patternProperties, those its one language leaves out ("every name but these"), None where the filter
+        cannot tell its names as the grammar does (a pattern, several languages)."""
+        if id(node) in self._gaps_of:
+            return self._gaps_of[id(node)]
         pattern = node.get("patternProperties")
-        if not isinstance(pattern, dict) or len(pattern) != 1:
-            return frozenset()
-        expr = self.keys.get(next(iter(pattern)))
-        gone = excluded_names(expr) if expr is not None else None
-        return (gone or frozenset()) - set(node.get("properties") or {})
-
-    def _union_ready(self, node: dict) -> bool:
-        """Whether the filter can tell an object's undeclared names as its grammar does: none, any, or all but a
-        few (the filter refuses those)."""
-        pattern = node.get("patternProperties")
-        if not isinstance(pattern, dict) or not pattern:
-            return True
-        expr = self.keys.get(next(iter(pattern))) if len(pattern) == 1 else None
-        return expr is not None and excluded_names(expr) is not None
+        gaps: frozenset[str] | None = frozenset()
+        if isinstance(pattern, dict) and pattern:
+            expr = self.keys.get(next(iter(pattern))) if len(pattern) == 1 else None
+            gaps = excluded_names(expr) if expr is not None else None
+            if gaps is not None:
+                gaps -= set(node.get("properties") or {})
+        self._gaps_of[id(node)] = gaps
+        return gaps
 
     def _obj(self, node: dict, checked: bool = False) -> Obj:
         hit = self._objs.get(id(node))
@@ -432,7 +430,7 @@ class AnyOrderPlan:
             o.extra_ok = extra is not False or bool(pattern)  # the grammar writes only the patterns' names
         if isinstance(extra, dict):
             o.extra = self._val(extra)
-        o.forbidden = self._forbidden(node)
+        o.forbidden = self._gaps(node) or frozenset()
         below = [s for s in pattern.values() if isinstance(s, dict) and id(s) in self.has_ao] \
             if isinstance(pattern, dict) else []
         if below and len(pattern) == 1 and extra is False:  # every undeclared name takes that value

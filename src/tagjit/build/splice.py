@@ -214,8 +214,11 @@ class Lifted:
 def _undefined(text: str, rules: Any) -> list[str]:
     """The rules, once each, that the grammar text does not define yet (a grammar written around placeholders, as
     the any-order one, may hold some already)."""
+    wanted = list(dict.fromkeys(rules))
+    if not wanted:
+        return []
     defined = {line.split(" ::= ", 1)[0] for line in text.splitlines() if " ::= " in line}
-    return [r for r in dict.fromkeys(rules) if r.split(" ::= ", 1)[0] not in defined]
+    return [r for r in wanted if r.split(" ::= ", 1)[0] not in defined]
 
 
 def pattern_with_lengths(n: dict) -> bool:
