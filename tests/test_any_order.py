@@ -681,3 +681,102 @@ def test_the_mask_keeps_exactly_the_tokens_the_filter_accepts(llama3_info, schem
             t = rng.choice(shaped if shaped and rng.random() < 0.8 else choices)
             assert m.accept_token(t)
     assert cleared > 0
+
+
+# What a token does inside a string or number, or at a value nothing checks, is decided by what follows its end: the
+# filter judges such tokens by that rest (VocabTables.rests). Every token of the vocabulary, in each such state.
+PLAIN = {"type": "object", "x-any-order": True, "maxProperties": 3, "required": ["a", "n"],
+         "properties": {"a": {"type": "string"}, "n": {"type": "number"}, "x": {},
+                        "arr": {"type": "array", "items": {"type": "string"}}}}
+
+
+@pytest.mark.parametrize("prefix", [
+    '{"a": ',  # a value (then "}" breaks: n is missing)
+    '{"a": "he',  # inside a string
+    '{"a": "he\\',  # just after a backslash in one
+    '{"n": 12',  # inside a number (then "}" breaks: a is missing)
+    '{"a": "x", "n": 1, "x": ',  # a value after which "," breaks (maxProperties)
+    '{"arr": ["a", ',  # an array item
+    '{"x": {"k": [1, "',  # a string inside a value no rule reaches
+], ids=["value", "string", "escape", "number", "last-value", "item", "opaque-string"])
+def test_every_token_is_judged_as_the_filter_steps_it(llama3_info, prefix):
+    svc = CompileService(llama3_info, UNHURRIED.replace(max_whitespace=1))
+    m = svc.grammar(Constraint.of("json", PLAIN))
+    assert m.accept_string(prefix)
+    vocab = [bytes(t) for t in llama3_info.decoded_vocab]
+    bitmask = allocate_token_bitmask(1, llama3_info.vocab_size)
+    bitmask.fill_(-1)  # every token a candidate, not only those the grammar allows
+    m._filter.restrict(bitmask, 0)
+    kept = unpacked(bitmask, len(vocab))
+    state = m._filter.state
+    expected = np.array([any_order.step_state(state, tok) is not None for tok in vocab])
+    wrong = np.flatnonzero(kept != expected)
+    assert wrong.size == 0, [vocab[t] for t in wrong[:10]]
+    assert not expected.all()  # the state has tokens to refuse
+
+
+def count_verdicts(monkeypatch) -> list[int]:
+    """Count the filter's verdict computations (one per token or rest it has to step through)."""
+    calls = [0]
+    passes = any_order.filter._passes
+
+    def counted(state, data):
+        calls[0] += 1
+        return passes(state, data)
+
+    monkeypatch.setattr(any_order.filter, "_passes", counted)
+    return calls
+
+
+def walk_masks(m, tokens: list[int], bitmask) -> list[np.ndarray]:
+    masks = []
+    for t in tokens:
+        m.fill_bitmask(bitmask, 0)
+        masks.append(bitmask[0].numpy().copy())
+        assert m.accept_token(t)
+    return masks
+
+
+def test_a_second_request_on_a_schema_reuses_the_first_ones_verdicts(llama3_info, monkeypatch):
+    svc = CompileService(llama3_info, UNHURRIED.replace(max_whitespace=1))
+    schema = with_required_order(PERSON)
+    text = '{"nick": "b", "age": 12, "name": "Ann"}'
+    tokens = llama3_tokens(llama3_info, text)
+    bitmask = allocate_token_bitmask(1, llama3_info.vocab_size)
+    calls = count_verdicts(monkeypatch)
+    first = walk_masks(svc.grammar(Constraint.of("json", schema)), tokens, bitmask)
+    assert calls[0] > 0
+    calls[0] = 0
+    second = walk_masks(svc.grammar(Constraint.of("json", schema)), tokens, bitmask)
+    assert calls[0] == 0
+    assert all(np.array_equal(a, b) for a, b in zip(first, second))
+
+
+def test_verdicts_stay_exact_when_the_shared_memo_is_emptied_at_every_step(llama3_info, monkeypatch):
+    svc = CompileService(llama3_info, UNHURRIED.replace(max_whitespace=1))
+    schema = with_required_order(PERSON)
+    tokens = llama3_tokens(llama3_info, '{"age": 12, "nick": "b", "name": "Ann"}')
+    bitmask = allocate_token_bitmask(1, llama3_info.vocab_size)
+    roomy = walk_masks(svc.grammar(Constraint.of("json", schema)), tokens, bitmask)
+    monkeypatch.setattr(any_order.filter._Memo, "LIMIT", 1)
+    monkeypatch.setattr(any_order.filter._Memo, "VERDICTS", 1)
+    tight = walk_masks(svc.grammar(Constraint.of("json", schema | {"title": "tight"})), tokens, bitmask)
+    memo = any_order.filter._memo(llama3_info)
+    assert len(memo.verdicts) <= 1 and len(memo.clears) <= 1 and len(memo.relevant) <= 1
+    assert all(np.array_equal(a, b) for a, b in zip(roomy, tight))
+
+
+def with_required_order(schema: dict) -> dict:
+    """A copy that no other test compiles (the memo is shared per tokenizer)."""
+    return json.loads(json.dumps(schema)) | {"description": "memo test"}
+
+
+def llama3_tokens(info, text: str) -> list[int]:
+    """The text as the longest vocabulary tokens, left to right."""
+    ids = {bytes(t): i for i, t in enumerate(info.decoded_vocab) if t}
+    data, out = text.encode(), []
+    while data:
+        n = max(k for k in range(1, min(len(data), 16) + 1) if data[:k] in ids)
+        out.append(ids[data[:n]])
+        data = data[n:]
+    return out

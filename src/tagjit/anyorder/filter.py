@@ -15,7 +15,8 @@ import xgrammar as xgr
 import json
 import re
 from tagjit.anyorder.plan import Obj, Val, scalar_key
-from tagjit.anyorder.vocab import VocabTables, vocab_tables
+from tagjit.anyorder.vocab import BREAKS, STAYS, VocabTables, vocab_tables
+from tagjit.runtime.vocab import per_tokenizer
 
 
 # Lexical modes.
@@ -314,6 +315,48 @@ def _follow(mode: int, stack: list, data: bytes, i: int, out: list[Path]) -> Non
     out.append((mode, tuple(stack)))
 
 
+def _passes(state: State, data: bytes) -> bool:
+    """Whether data keeps some path of the state (``step_state(state, data) is not None``, without building it)."""
+    for mode, stack in state:
+        if _survives(mode, list(stack), data, 0):
+            return True
+    return False
+
+
+def _survives(mode: int, stack: list, data: bytes, i: int) -> bool:
+    mode, i = _step(mode, stack, data, i)
+    if mode == _REJECT:
+        return False
+    top = stack[-1]
+    if top[0] == _F:
+        stack.pop()
+        return any(_survives(_N, stack + [(_O, obj, _KEY_OR_END, 0, frozenset(), 0, None)], data, i) for obj in top[1])
+    return True
+
+
+class _Memo:
+    """What restrict learns of each state, shared by the requests on one vocabulary.
+
+    A state holds its plan's own objects (compared by identity), so two schemas never share an entry, while requests
+    on one schema reuse each other's verdicts. Each table is emptied when it outgrows ``LIMIT`` states, the verdicts
+    also when they hold ``VERDICTS`` in all (a few MB at most).
+    """
+
+    LIMIT = 4096
+    VERDICTS = 1 << 18
+
+    def __init__(self) -> None:
+        self.count = 0  # verdicts held
+        self.relevant: dict[State, np.ndarray | None] = {}  # the tokens worth a verdict; None: every token stands
+        self.verdicts: dict[State, dict[int, bool]] = {}  # token id -> whether it keeps a path
+        # (state, candidate words) -> the words to change and the bits each keeps, or None
+        self.clears: dict[tuple, tuple[np.ndarray, np.ndarray] | None] = {}
+
+
+def _memo(info: xgr.TokenizerInfo) -> _Memo:
+    return per_tokenizer(info, "any_order.memo", lambda _: _Memo())
+
+
 class AnyOrderSpec:
     """FilterSpec of a schema with any-order objects (vocabulary-independent, shared by requests)."""
 
@@ -323,18 +366,17 @@ class AnyOrderSpec:
 
     def new(self, tokenizer_info: xgr.TokenizerInfo) -> "AnyOrderFilter":
         """A filter in its initial state for this vocabulary."""
-        return AnyOrderFilter(self.root, vocab_tables(tokenizer_info), self.tight)
+        return AnyOrderFilter(self.root, vocab_tables(tokenizer_info), self.tight, _memo(tokenizer_info))
 
 
 class AnyOrderFilter:
     """Per-request key bookkeeping of any-order objects (a TokenFilter)."""
 
-    def __init__(self, root: Val | None, vocab: VocabTables, tight: bool = False) -> None:
+    def __init__(self, root: Val | None, vocab: VocabTables, tight: bool = False, memo: _Memo | None = None) -> None:
         self._vocab = vocab
+        self._memo = memo if memo is not None else _Memo()
         self._initial = _initial(root, tight)
         self._history: list[State] = [self._initial]
-        self._verdicts: dict[State, dict[int, bool]] = {}
-        self._clears: dict[tuple, list[tuple[int, int]]] = {}
 
     @property
     def state(self) -> State:
@@ -376,31 +418,62 @@ class AnyOrderFilter:
     def restrict(self, bitmask: Any, index: int) -> None:
         """Clear the bits of tokens that break an any-order rule in row index."""
         state = self._history[-1]
+        memo = self._memo
+        try:
+            rel = memo.relevant[state]
+        except KeyError:
+            rel = self._relevant(state)
+            _bounded(memo.relevant)[state] = rel
+        if rel is None:
+            return
+        row = _rows(bitmask)[index]
+        if type(rel) is tuple and len(row) >= self._vocab.words:
+            # Few tokens matter: read their bits from the row.
+            _, members, word_of, bit_of = rel
+            tids = members[(row[word_of] & bit_of) != 0]
+            if tids.size == 0:
+                return
+            key: tuple = (state, tids.tobytes())
+            words = bits = None
+        else:
+            if type(rel) is tuple:
+                rel = rel[0]
+            width = min(len(row), len(rel))
+            hit = row[:width] & rel[:width]
+            words = np.flatnonzero(hit != 0)  # on a bool array: several times faster than on the int32 words
+            if words.size == 0:
+                return
+            bits = hit[words]
+            key = (state, words.tobytes(), bits.tobytes())
+            tids = None
+        try:
+            clear = memo.clears[key]
+        except KeyError:
+            if tids is None:
+                at = np.flatnonzero(np.unpackbits(bits.view(np.uint8), bitorder="little"))
+                tids = words[at >> 5] * 32 + (at & 31)
+            clear = self._compute(state, tids)
+            _bounded(memo.clears)[key] = clear
+        if clear is not None:
+            row[clear[0]] &= clear[1]
+
+    def _relevant(self, state: State) -> np.ndarray | tuple | None:
+        """The tokens whose verdict can differ from the grammar's in this state: a packed row, or (for a class of
+        few tokens) its ``VocabTables.members``; None where no token's can."""
         rel = None
+        name = None
         for mode, stack in state:
             top = stack[-1]
             if top[0] == _R and top[2] == _AFTER and mode != _L:
-                return  # a path that has written the whole value takes whatever the grammar allows
+                return None  # a path that has written the whole value takes whatever the grammar allows
             relevance = self._relevance(mode, top)
             if _ws_breaks(stack):
                 relevance = _COUNTING_WS.get(relevance, relevance)
-            rel = self._vocab.relevant[relevance] if rel is None else rel | self._vocab.relevant[relevance]
-        row = bitmask[index].numpy() if hasattr(bitmask, "numpy") else bitmask[index]
-        width = min(len(row), len(rel))
-        hit = row[:width] & rel[:width]
-        words = np.flatnonzero(hit)
-        if words.size == 0:
-            return
-        bits = hit[words]
-        key = (state, words.tobytes(), bits.tobytes())
-        clear = self._clears.get(key)
-        if clear is None:
-            clear = self._compute(state, words, bits)
-            if len(self._clears) > 4096:
-                self._clears.clear()
-            self._clears[key] = clear
-        for w, keep in clear:
-            row[w] &= keep
+            if rel is None:
+                rel, name = self._vocab.relevant[relevance], relevance
+            elif relevance != name:
+                rel, name = rel | self._vocab.relevant[relevance], None
+        return self._vocab.members.get(name, rel)
 
     def _relevance(self, mode: int, top: tuple) -> str:
         if top[0] == _C:  # the scalar is checked where it ends
@@ -424,28 +497,96 @@ class AnyOrderFilter:
                 return "Nopen"
         return "Nall"
 
-    def _compute(self, state: State, words: np.ndarray, bits: np.ndarray) -> list[tuple[int, int]]:
-        verdicts = self._verdicts.get(state)
+    def _compute(self, state: State, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """The words of the row to change and the bits each keeps, for these candidate tokens (None: all stand)."""
+        memo = self._memo
+        verdicts = memo.verdicts.get(state)
         if verdicts is None:
-            if len(self._verdicts) > 4096:
-                self._verdicts.clear()
-            verdicts = self._verdicts[state] = {}
-        tokens = self._vocab.tokens
-        ntok = len(tokens)
-        clears = []
-        for w, word in zip(words.tolist(), bits.tolist()):
-            word &= 0xFFFFFFFF
-            bad = 0
-            while word:
-                low = word & -word
-                word ^= low
-                tid = w * 32 + low.bit_length() - 1
+            if memo.count >= _Memo.VERDICTS or len(memo.verdicts) >= _Memo.LIMIT:
+                memo.verdicts.clear()
+                memo.count = 0
+            verdicts = memo.verdicts[state] = {}
+        known = len(verdicts)
+        tids = candidates.tolist()
+        ntok = len(self._vocab.tokens)
+        lexeme, after = _lexeme(state)
+        bad: dict[int, int] = {}  # word -> bits to clear
+        if lexeme is None:
+            tokens = self._vocab.tokens
+            for tid in tids:
                 ok = verdicts.get(tid)
                 if ok is None:
-                    ok = verdicts[tid] = tid >= ntok or step_state(state, tokens[tid]) is not None
+                    ok = verdicts[tid] = tid >= ntok or _passes(state, tokens[tid])
                 if not ok:
-                    bad |= low
-            if bad:
-                keep = ~bad & 0xFFFFFFFF
-                clears.append((w, keep - (1 << 32) if keep >= 1 << 31 else keep))
-        return clears
+                    bad[tid >> 5] = bad.get(tid >> 5, 0) | 1 << (tid & 31)
+        else:
+            # Inside a string or number no check reads, or at a value no check reads, only what follows its end can
+            # break a rule: tokens with the same rest share one verdict (tokens past the vocabulary have none).
+            table = self._vocab.rests[lexeme]
+            text = self._vocab.rest_text
+            for tid, rid in zip(tids, table[candidates].tolist()):
+                ok = verdicts.get(rid)
+                if ok is None:
+                    ok = verdicts[rid] = rid == STAYS or (rid != BREAKS and _passes(after, text[rid]))
+                if not ok:
+                    bad[tid >> 5] = bad.get(tid >> 5, 0) | 1 << (tid & 31)
+        memo.count += len(verdicts) - known
+        if not bad:
+            return None
+        keep = np.fromiter(bad.values(), dtype=np.int64, count=len(bad))
+        return np.fromiter(bad, dtype=np.intp, count=len(bad)), (~keep).astype(np.int32)
+
+
+def _lexeme(state: State) -> tuple[str | None, State]:
+    """Which of ``VocabTables.rests`` decides the state's verdicts, with the state its rests start from: "S", "SE"
+    or "L" where every path is inside a string or number that no check reads, "V" where every path is at a value
+    position that neither tracks nor checks what it holds; (None, state) otherwise."""
+    mode = state[0][0]
+    if mode == _S or mode == _SE or mode == _L:
+        for m, stack in state:
+            if m != mode or stack[-1][0] == _C:
+                return None, state
+        return ("S", "SE", "L")[(_S, _SE, _L).index(mode)], tuple((_N, stack) for _, stack in state)
+    if mode != _N:
+        return None, state
+    after = []
+    for m, stack in state:
+        top = stack[-1]
+        kind = top[0]
+        if m != _N or kind == _X or kind == _C or top[2] != _VALUE:
+            return None, state
+        if kind == _O:
+            child = top[6]
+            top = top[:2] + (_AFTER,) + top[3:6] + (None,)
+        elif kind == _A:
+            arr = top[1]
+            child = arr.prefix[top[3]] if top[3] < len(arr.prefix) else arr.items
+            top = top[:2] + (_AFTER,) + top[3:]
+        else:
+            child = top[1]
+            top = top[:2] + (_AFTER,) + top[3:]
+        if child is not None and (child.check is not None or child.obj is not None or child.arr is not None
+                                  or child.alts):
+            return None, state
+        after.append((_N, stack[:-1] + (top,)))
+    return "V", tuple(after)
+
+
+_view: tuple[Any, np.ndarray] | None = None
+
+
+def _rows(bitmask: Any) -> np.ndarray:
+    """The bitmask as a numpy array: a view of the engine's tensor, made once per tensor (engines reuse one)."""
+    global _view
+    view = _view
+    if view is not None and view[0] is bitmask:
+        return view[1]
+    rows = bitmask.numpy() if hasattr(bitmask, "numpy") else np.asarray(bitmask)
+    _view = (bitmask, rows)
+    return rows
+
+
+def _bounded(table: dict) -> dict:
+    if len(table) >= _Memo.LIMIT:
+        table.clear()
+    return table

@@ -36,6 +36,89 @@ class VocabTables:
             rel["Lw"][tid] = any(c in b",}] \t\r\n" for c in tok)
             rel["Nw"][tid] = True
         self.relevant = {k: np.packbits(v, bitorder="little").view(np.int32) for k, v in rel.items()}
+        # Classes of fewer tokens than the row has words, as (packed row, token ids, each one's word, each one's bit):
+        # reading those bits costs less than scanning the row.
+        self.members: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        for name, packed in self.relevant.items():
+            ids = np.flatnonzero(rel[name])
+            if len(ids) < self.words:
+                self.members[name] = (packed, ids, ids >> 5, np.left_shift(1, ids & 31).astype(np.uint32).view(np.int32))
+        self.rests: dict[str, np.ndarray] = {}
+        self.rest_text: list[bytes] = []
+        ids: dict[bytes, int] = {}
+        for lexeme, rest_of in (("S", _string_rest), ("SE", _escaped_rest), ("L", _literal_rest), ("V", _value_rest)):
+            table = self.rests[lexeme] = np.full(self.words * 32, STAYS, dtype=np.int32)
+            for tid, tok in enumerate(self.tokens):
+                rest = rest_of(tok)
+                if rest is None:
+                    continue
+                if rest is _CANNOT_START:
+                    table[tid] = BREAKS
+                    continue
+                rid = ids.get(rest)
+                if rid is None:
+                    rid = ids[rest] = len(self.rest_text)
+                    self.rest_text.append(rest)
+                table[tid] = rid
+
+
+# Where a token leaves the string, number or value it starts inside (``VocabTables.rests``): an index into
+# ``rest_text``, or one of these.
+STAYS = -1  # the token ends inside it
+BREAKS = -2  # the token cannot start a value there
+_CANNOT_START = object()  # (what _value_rest returns for BREAKS)
+_STRING_END = re.compile(rb'(?:[^"\\]|\\.)*"', re.DOTALL)
+_LITERAL_END = re.compile(rb"[ \t\r\n,}\]]")
+_WS_RUN = re.compile(rb"[ \t\r\n]*")
+
+
+def _string_rest(tok: bytes, start: int = 0) -> bytes | None:
+    """What follows the quote that closes the string tok starts inside (None: it does not close)."""
+    if 0x22 not in tok:
+        return None
+    m = _STRING_END.match(tok, start)
+    return tok[m.end():] if m else None
+
+
+def _escaped_rest(tok: bytes) -> bytes | None:
+    return _string_rest(tok, 1) if tok else None
+
+
+def _literal_rest(tok: bytes, start: int = 0) -> bytes | None:
+    m = _LITERAL_END.search(tok, start)
+    return tok[m.start():] if m else None
+
+
+def _value_rest(tok: bytes) -> bytes | object | None:
+    """What follows the first whole value tok writes at a value position (the filter's view: brackets counted,
+    strings skipped); None if the value does not end within tok, _CANNOT_START if tok cannot start one."""
+    i = _WS_RUN.match(tok).end()
+    if i == len(tok):
+        return None
+    b = tok[i]
+    if b in b"}],:":
+        return _CANNOT_START
+    if b == 0x22:
+        return _string_rest(tok, i + 1)
+    if b != 0x7B and b != 0x5B:
+        return _literal_rest(tok, i)
+    depth, i, n = 0, i, len(tok)
+    while i < n:
+        b = tok[i]
+        if b == 0x22:
+            m = _STRING_END.match(tok, i + 1)
+            if m is None:
+                return None
+            i = m.end()
+            continue
+        if b == 0x7B or b == 0x5B:
+            depth += 1
+        elif b == 0x7D or b == 0x5D:
+            depth -= 1
+            if depth == 0:
+                return tok[i + 1:]
+        i += 1
+    return None
 
 
 def _closes_then_more(tok: bytes, escaped: bool, keep_ws: bool = False) -> bool:
