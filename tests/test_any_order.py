@@ -752,6 +752,16 @@ def test_a_second_request_on_a_schema_reuses_the_first_ones_verdicts(llama3_info
     assert all(np.array_equal(a, b) for a, b in zip(first, second))
 
 
+def test_the_first_mask_is_learned_when_the_grammar_compiles(llama3_info, monkeypatch):
+    svc = CompileService(llama3_info, UNHURRIED.replace(max_whitespace=1))
+    schema = with_required_order(PERSON) | {"title": "first mask"}
+    svc.compile(Constraint.of("json", schema))
+    calls = count_verdicts(monkeypatch)
+    bitmask = allocate_token_bitmask(1, llama3_info.vocab_size)
+    svc.grammar(Constraint.of("json", schema)).fill_bitmask(bitmask, 0)
+    assert calls[0] == 0
+
+
 def test_verdicts_stay_exact_when_the_shared_memo_is_emptied_at_every_step(llama3_info, monkeypatch):
     svc = CompileService(llama3_info, UNHURRIED.replace(max_whitespace=1))
     schema = with_required_order(PERSON)

@@ -368,6 +368,12 @@ class AnyOrderSpec:
         """A filter in its initial state for this vocabulary."""
         return AnyOrderFilter(self.root, vocab_tables(tokenizer_info), self.tight, _memo(tokenizer_info))
 
+    def warm(self, grammar: xgr.CompiledGrammar, tokenizer_info: xgr.TokenizerInfo) -> None:
+        """Learn the verdicts of a request's first mask (shared through the memo) while the grammar compiles."""
+        bitmask = xgr.allocate_token_bitmask(1, tokenizer_info.vocab_size)
+        xgr.GrammarMatcher(grammar).fill_next_token_bitmask(bitmask, 0)
+        self.new(tokenizer_info).restrict(bitmask, 0)
+
 
 class AnyOrderFilter:
     """Per-request key bookkeeping of any-order objects (a TokenFilter)."""

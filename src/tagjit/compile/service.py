@@ -128,6 +128,8 @@ class CompileService:
         except ConstraintError:
             metrics.ERRORS.labels(constraint.kind.value).inc()
             raise
+        if filter_spec is not None:
+            filter_spec.warm(cg, self.tokenizer_info)
         ms = (time.perf_counter() - start) * 1000
         compiled = Compiled(cg, key, ms, filter_spec=filter_spec, tokenizer_info=self.tokenizer_info)
         metrics.COMPILE_MS.labels(constraint.kind.value).observe(ms)

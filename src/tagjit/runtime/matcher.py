@@ -43,6 +43,9 @@ class FilterSpec(Protocol):
     def new(self, tokenizer_info: xgr.TokenizerInfo) -> TokenFilter:
         """A filter in its initial state for this vocabulary."""
 
+    def warm(self, grammar: xgr.CompiledGrammar, tokenizer_info: xgr.TokenizerInfo) -> None:
+        """Do the filter's part of a request's first mask now, where the grammar is compiled, not at its first token."""
+
 
 class MatcherLike(Protocol):
     """What ``Matcher`` drives: an ``xgr.GrammarMatcher`` or a composite matcher (``composite.py``)."""
