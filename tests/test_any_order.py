@@ -790,3 +790,16 @@ def llama3_tokens(info, text: str) -> list[int]:
         out.append(ids[data[:n]])
         data = data[n:]
     return out
+
+
+def test_a_space_that_leads_only_to_a_used_name_is_masked(llama3_info):
+    svc = CompileService(llama3_info, UNHURRIED.replace(max_whitespace=1))
+    schema = {"type": "object", "x-any-order": True, "additionalProperties": False,
+              "properties": {"a b": {"type": "integer"}, "a": {"type": "integer"}}}
+    m = svc.grammar(Constraint.of("json", schema))
+    assert m.accept_string('{"a b": 1, "a')
+    space = [bytes(t) for t in llama3_info.decoded_vocab].index(b" ")
+    bitmask = allocate_token_bitmask(1, llama3_info.vocab_size)
+    m.fill_bitmask(bitmask, 0)
+    assert not unpacked(bitmask, llama3_info.vocab_size)[space]
+    assert not m.accept_token(space)

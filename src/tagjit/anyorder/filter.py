@@ -347,7 +347,7 @@ class _Memo:
 
     def __init__(self) -> None:
         self.count = 0  # verdicts held
-        self.relevant: dict[State, np.ndarray | None] = {}  # the tokens worth a verdict; None: every token stands
+        self.relevant: dict[State, np.ndarray | tuple | None] = {}  # AnyOrderFilter._relevant
         self.verdicts: dict[State, dict[int, bool]] = {}  # token id -> whether it keeps a path
         # (state, candidate words) -> the words to change and the bits each keeps, or None
         self.clears: dict[tuple, tuple[np.ndarray, np.ndarray] | None] = {}
@@ -493,7 +493,7 @@ class AnyOrderFilter:
         if mode == _K or mode == _KE:
             obj = top[1]
             if obj.ao and not _slack(obj, top[3], top[5])[1]:
-                return "Nall"
+                return "Nw"  # every byte of a key is checked against the names left, whitespace too
             return "Kq"
         if top[0] == _X or top[2] in (_VALUE, _VALUE_OR_END):
             return "Nopen"
@@ -578,17 +578,20 @@ def _lexeme(state: State) -> tuple[str | None, State]:
     return "V", tuple(after)
 
 
-_view: tuple[Any, np.ndarray] | None = None
+_view: tuple[Any, int, np.ndarray] | None = None
 
 
 def _rows(bitmask: Any) -> np.ndarray:
     """The bitmask as a numpy array: a view of the engine's tensor, made once per tensor (engines reuse one)."""
     global _view
+    if not hasattr(bitmask, "numpy"):
+        return np.asarray(bitmask)
     view = _view
-    if view is not None and view[0] is bitmask:
-        return view[1]
-    rows = bitmask.numpy() if hasattr(bitmask, "numpy") else np.asarray(bitmask)
-    _view = (bitmask, rows)
+    where = bitmask.data_ptr()
+    if view is not None and view[0] is bitmask and view[1] == where:
+        return view[2]
+    rows = bitmask.numpy()
+    _view = (bitmask, where, rows)
     return rows
 
 
