@@ -349,6 +349,7 @@ class _Memo:
         self.count = 0  # verdicts held
         self.relevant: dict[State, np.ndarray | tuple | None] = {}  # AnyOrderFilter._relevant
         self.verdicts: dict[State, dict[int, bool]] = {}  # token id -> whether it keeps a path
+        self.rest_verdicts: dict[State, dict[int, bool]] = {}  # (from the state after a lexeme) rest id -> the same
         # (state, candidate words) -> the words to change and the bits each keeps, or None
         self.clears: dict[tuple, tuple[np.ndarray, np.ndarray] | None] = {}
 
@@ -506,16 +507,20 @@ class AnyOrderFilter:
     def _compute(self, state: State, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """The words of the row to change and the bits each keeps, for these candidate tokens (None: all stand)."""
         memo = self._memo
-        verdicts = memo.verdicts.get(state)
+        lexeme, after = _lexeme(state)
+        # A lexeme's verdicts are those of its rests from the state after it, which a string, the value it is and the
+        # number after it share: keyed by that state (and apart from verdicts by token id, a separate table).
+        table, key = (memo.verdicts, state) if lexeme is None else (memo.rest_verdicts, after)
+        verdicts = table.get(key)
         if verdicts is None:
-            if memo.count >= _Memo.VERDICTS or len(memo.verdicts) >= _Memo.LIMIT:
+            if memo.count >= _Memo.VERDICTS or len(table) >= _Memo.LIMIT:
                 memo.verdicts.clear()
+                memo.rest_verdicts.clear()
                 memo.count = 0
-            verdicts = memo.verdicts[state] = {}
+            verdicts = table[key] = {}
         known = len(verdicts)
         tids = candidates.tolist()
         ntok = len(self._vocab.tokens)
-        lexeme, after = _lexeme(state)
         bad: dict[int, int] = {}  # word -> bits to clear
         if lexeme is None:
             tokens = self._vocab.tokens
@@ -528,9 +533,9 @@ class AnyOrderFilter:
         else:
             # Inside a string or number no check reads, or at a value no check reads, only what follows its end can
             # break a rule: tokens with the same rest share one verdict (tokens past the vocabulary have none).
-            table = self._vocab.rests[lexeme]
+            rests = self._vocab.rests[lexeme]
             text = self._vocab.rest_text
-            for tid, rid in zip(tids, table[candidates].tolist()):
+            for tid, rid in zip(tids, rests[candidates].tolist()):
                 ok = verdicts.get(rid)
                 if ok is None:
                     ok = verdicts[rid] = rid == STAYS or (rid != BREAKS and _passes(after, text[rid]))
