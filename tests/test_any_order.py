@@ -698,7 +698,11 @@ PLAIN = {"type": "object", "x-any-order": True, "maxProperties": 3, "required": 
     '{"a": "x", "n": 1, "x": ',  # a value after which "," breaks (maxProperties)
     '{"arr": ["a", ',  # an array item
     '{"x": {"k": [1, "',  # a string inside a value no rule reaches
-], ids=["value", "string", "escape", "number", "last-value", "item", "opaque-string"])
+    '{"x": {"k": 1, ',  # inside such a value, one bracket deep (then "}" breaks: a and n are missing)
+    '{"x": {"k": [1, ',  # two brackets deep
+    '{"x": {"k": [[1, ',  # three
+], ids=["value", "string", "escape", "number", "last-value", "item", "opaque-string", "opaque-1", "opaque-2",
+        "opaque-3"])
 def test_every_token_is_judged_as_the_filter_steps_it(llama3_info, prefix):
     svc = CompileService(llama3_info, UNHURRIED.replace(max_whitespace=1))
     m = svc.grammar(Constraint.of("json", PLAIN))

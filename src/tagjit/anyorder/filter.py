@@ -496,7 +496,9 @@ class AnyOrderFilter:
             if obj.ao and not _slack(obj, top[3], top[5])[1]:
                 return "Nw"  # every byte of a key is checked against the names left, whitespace too
             return "Kq"
-        if top[0] == _X or top[2] in (_VALUE, _VALUE_OR_END):
+        if top[0] == _X:
+            return "Xc"
+        if top[2] in (_VALUE, _VALUE_OR_END):
             return "Nopen"
         if top[0] == _O and top[2] in (_KEY, _KEY_OR_END):
             obj = top[1]
@@ -550,8 +552,9 @@ class AnyOrderFilter:
 
 def _lexeme(state: State) -> tuple[str | None, State]:
     """Which of ``VocabTables.rests`` decides the state's verdicts, with the state its rests start from: "S", "SE"
-    or "L" where every path is inside a string or number that no check reads, "V" where every path is at a value
-    position that neither tracks nor checks what it holds; (None, state) otherwise."""
+    or "L" where every path is inside a string or number that no check reads, "X1"/"X2" inside one or two brackets of
+    a value nothing tracks, "V" where every path is at a value position that neither tracks nor checks what it holds;
+    (None, state) otherwise."""
     mode = state[0][0]
     if mode == _S or mode == _SE or mode == _L:
         for m, stack in state:
@@ -560,6 +563,10 @@ def _lexeme(state: State) -> tuple[str | None, State]:
         return ("S", "SE", "L")[(_S, _SE, _L).index(mode)], tuple((_N, stack) for _, stack in state)
     if mode != _N:
         return None, state
+    top = state[0][1][-1]
+    if top[0] == _X and top[1] <= 2 and all(m == _N and stack[-1] == top for m, stack in state):
+        # Inside a value nothing tracks, only what follows the bracket that leaves it matters.
+        return ("X1", "X2")[top[1] - 1], tuple((_N, stack[:-1]) for _, stack in state)
     after = []
     for m, stack in state:
         top = stack[-1]

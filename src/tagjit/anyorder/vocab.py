@@ -17,7 +17,7 @@ class VocabTables:
         self.tokens: list[bytes] = token_bytes(info)
         self.words = (info.vocab_size + 31) // 32
         rel = {name: np.zeros(self.words * 32, dtype=bool) for name in
-               ("S", "SE", "L", "Kq", "Nall", "Nopen", "Sw", "SEw", "Lw", "Nw")}
+               ("S", "SE", "L", "Kq", "Nall", "Nopen", "Sw", "SEw", "Lw", "Nw", "Xc")}
         open_only = re.compile(rb'[ \t\r\n]*("([^"\\]|\\.)*\\?|[-+.0-9A-Za-z]+)')
         for tid, tok in enumerate(self.tokens):
             if not tok:
@@ -29,6 +29,7 @@ class VocabTables:
             stripped = tok.strip(b" \t\r\n")
             rel["Nall"][tid] = bool(stripped)
             rel["Nopen"][tid] = bool(stripped) and open_only.fullmatch(tok) is None
+            rel["Xc"][tid] = 0x7D in tok or 0x5D in tok  # only a closing bracket leads out of a value nothing tracks
             # Where whitespace itself can break a rule (after a value of an object that cannot close yet, under
             # bounded whitespace): the same, whitespace counted.
             rel["Sw"][tid] = _closes_then_more(tok, False, keep_ws=True)
@@ -46,7 +47,8 @@ class VocabTables:
         self.rests: dict[str, np.ndarray] = {}
         self.rest_text: list[bytes] = []
         ids: dict[bytes, int] = {}
-        for lexeme, rest_of in (("S", _string_rest), ("SE", _escaped_rest), ("L", _literal_rest), ("V", _value_rest)):
+        for lexeme, rest_of in (("S", _string_rest), ("SE", _escaped_rest), ("L", _literal_rest), ("V", _value_rest),
+                                ("X1", _opaque_rest), ("X2", lambda tok: _opaque_rest(tok, 2))):
             table = self.rests[lexeme] = np.full(self.words * 32, STAYS, dtype=np.int32)
             for tid, tok in enumerate(self.tokens):
                 rest = rest_of(tok)
@@ -89,20 +91,11 @@ def _literal_rest(tok: bytes, start: int = 0) -> bytes | None:
     return tok[m.start():] if m else None
 
 
-def _value_rest(tok: bytes) -> bytes | object | None:
-    """What follows the first whole value tok writes at a value position (the filter's view: brackets counted,
-    strings skipped); None if the value does not end within tok, _CANNOT_START if tok cannot start one."""
-    i = _WS_RUN.match(tok).end()
-    if i == len(tok):
+def _opaque_rest(tok: bytes, depth: int = 1) -> bytes | None:
+    """What follows the bracket that closes the depth open ones of a value nothing tracks (None: tok stays inside)."""
+    if 0x7D not in tok and 0x5D not in tok:
         return None
-    b = tok[i]
-    if b in b"}],:":
-        return _CANNOT_START
-    if b == 0x22:
-        return _string_rest(tok, i + 1)
-    if b != 0x7B and b != 0x5B:
-        return _literal_rest(tok, i)
-    depth, i, n = 0, i, len(tok)
+    i, n = 0, len(tok)
     while i < n:
         b = tok[i]
         if b == 0x22:
@@ -119,6 +112,22 @@ def _value_rest(tok: bytes) -> bytes | object | None:
                 return tok[i + 1:]
         i += 1
     return None
+
+
+def _value_rest(tok: bytes) -> bytes | object | None:
+    """What follows the first whole value tok writes at a value position (the filter's view: brackets counted,
+    strings skipped); None if the value does not end within tok, _CANNOT_START if tok cannot start one."""
+    i = _WS_RUN.match(tok).end()
+    if i == len(tok):
+        return None
+    b = tok[i]
+    if b in b"}],:":
+        return _CANNOT_START
+    if b == 0x22:
+        return _string_rest(tok, i + 1)
+    if b != 0x7B and b != 0x5B:
+        return _literal_rest(tok, i)
+    return _opaque_rest(tok[i + 1:])
 
 
 def _closes_then_more(tok: bytes, escaped: bool, keep_ws: bool = False) -> bool:
