@@ -136,7 +136,8 @@ def tagjit_backend(info: Any, strict: bool = True, any_order: bool = False) -> C
 
     service = CompileService(info, Settings(cache_bytes=64 * 1024 * 1024, strict_mode=strict,
                                                any_order_default=any_order))
-    service.prepare()  # what the engines run before they report ready: no mask below waits for per-tokenizer tables
+    if info.vocab_size:  # what the engines run before they report ready: no mask below waits for per-tokenizer tables
+        service.prepare()
     bitmask = allocate_token_bitmask(1, max(1, info.vocab_size))
     separators = DUMPS if service.settings.dumps_spacing else COMPACT
 

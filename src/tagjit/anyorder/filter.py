@@ -371,6 +371,8 @@ class AnyOrderSpec:
 
     def warm(self, grammar: xgr.CompiledGrammar, tokenizer_info: xgr.TokenizerInfo) -> None:
         """Learn the verdicts of a request's first mask (shared through the memo) while the grammar compiles."""
+        if not tokenizer_info.vocab_size:
+            return  # no tokens, no masks (xgrammar keeps no mask tables to fill from)
         bitmask = xgr.allocate_token_bitmask(1, tokenizer_info.vocab_size)
         xgr.GrammarMatcher(grammar).fill_next_token_bitmask(bitmask, 0)
         self.new(tokenizer_info).restrict(bitmask, 0)
