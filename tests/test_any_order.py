@@ -684,7 +684,8 @@ def test_the_mask_keeps_exactly_the_tokens_the_filter_accepts(llama3_info, schem
 
 
 # What a token does inside a string or number, or at a value nothing checks, is decided by what follows its end: the
-# filter judges such tokens by that rest (VocabTables.rests). Every token of the vocabulary, in each such state.
+# filter judges such tokens by that rest (VocabTables.rests); in a key that can only become free names, only tokens
+# that end it are looked at. Every token of the vocabulary, in each such state.
 PLAIN = {"type": "object", "x-any-order": True, "maxProperties": 3, "required": ["a", "n"],
          "properties": {"a": {"type": "string"}, "n": {"type": "number"}, "x": {},
                         "arr": {"type": "array", "items": {"type": "string"}}}}
@@ -701,22 +702,30 @@ PLAIN = {"type": "object", "x-any-order": True, "maxProperties": 3, "required": 
     '{"x": {"k": 1, ',  # inside such a value, one bracket deep (then "}" breaks: a and n are missing)
     '{"x": {"k": [1, ',  # two brackets deep
     '{"x": {"k": [[1, ',  # three
+    '{"a": "x", "ar',  # a key every name it can become is still free for
+    '{"a": "x", "a',  # a key that could still become a used name
+    '{"a": "x", "n": 1, "',  # a key, one name left (maxProperties)
 ], ids=["value", "string", "escape", "number", "last-value", "item", "opaque-string", "opaque-1", "opaque-2",
-        "opaque-3"])
+        "opaque-3", "key-free", "key-used", "key-last"])
 def test_every_token_is_judged_as_the_filter_steps_it(llama3_info, prefix):
     svc = CompileService(llama3_info, UNHURRIED.replace(max_whitespace=1))
     m = svc.grammar(Constraint.of("json", PLAIN))
     assert m.accept_string(prefix)
     vocab = [bytes(t) for t in llama3_info.decoded_vocab]
     bitmask = allocate_token_bitmask(1, llama3_info.vocab_size)
-    bitmask.fill_(-1)  # every token a candidate, not only those the grammar allows
+    if m._filter.state[0][0] == any_order.filter._K:
+        m._ensure().fill_next_token_bitmask(bitmask, 0)  # in a key the filter leans on the grammar's names
+    else:
+        bitmask.fill_(-1)  # every token a candidate, not only those the grammar allows
+    candidates = unpacked(bitmask, len(vocab))
     m._filter.restrict(bitmask, 0)
     kept = unpacked(bitmask, len(vocab))
     state = m._filter.state
-    expected = np.array([any_order.step_state(state, tok) is not None for tok in vocab])
+    expected = np.array([bool(c) and any_order.step_state(state, tok) is not None for c, tok in zip(candidates, vocab)])
     wrong = np.flatnonzero(kept != expected)
     assert wrong.size == 0, [vocab[t] for t in wrong[:10]]
-    assert not expected.all()  # the state has tokens to refuse
+    # The state has tokens to refuse, but for a key every name it can become is free (what lets the filter skip it).
+    assert (candidates & ~expected).any() != prefix.endswith('"ar')
 
 
 def count_verdicts(monkeypatch) -> list[int]:
@@ -807,3 +816,18 @@ def test_a_space_that_leads_only_to_a_used_name_is_masked(llama3_info):
     m.fill_bitmask(bitmask, 0)
     assert not unpacked(bitmask, llama3_info.vocab_size)[space]
     assert not m.accept_token(space)
+
+
+def test_a_key_past_the_last_free_slot_takes_only_the_missing_name(llama3_info):
+    # Undeclared names are allowed, but maxProperties leaves room only for the required "ab": the grammar takes any
+    # name there, so the filter must refuse every other one, byte by byte.
+    schema = {"type": "object", "x-any-order": True, "maxProperties": 2, "required": ["ab"],
+              "properties": {"ab": {"type": "integer"}}, "additionalProperties": True}
+    svc = CompileService(llama3_info, UNHURRIED.replace(max_whitespace=1, strict_mode=False))
+    m = svc.grammar(Constraint.of("json", schema))
+    assert m.accept_string('{"zz": 1, "a')
+    vocab = [bytes(t) for t in llama3_info.decoded_vocab]
+    bitmask = allocate_token_bitmask(1, llama3_info.vocab_size)
+    m.fill_bitmask(bitmask, 0)
+    kept = unpacked(bitmask, len(vocab))
+    assert kept[vocab.index(b"b")] and not kept[vocab.index(b"x")]

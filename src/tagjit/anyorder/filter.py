@@ -495,9 +495,17 @@ class AnyOrderFilter:
             return "L"
         if mode == _K or mode == _KE:
             obj = top[1]
-            if obj.ao and not _slack(obj, top[3], top[5])[1]:
-                return "Nw"  # every byte of a key is checked against the names left, whitespace too
-            return "Kq"
+            if not obj.ao:
+                return "Kq"
+            ok, extra = _slack(obj, top[3], top[5])
+            if extra:
+                return "Kq"
+            t = top[6][0]
+            if not obj.extra_ok and t >= 0 and not obj.below[t] & ~ok:
+                # The grammar writes only declared names, and every one this key can still become is allowed: only
+                # where the key ends can a rule break.
+                return "Kq"
+            return "Nw"  # every byte of a key is checked against the names left, whitespace too
         if top[0] == _X:
             return "Xc"
         if top[2] in (_VALUE, _VALUE_OR_END):
