@@ -39,6 +39,7 @@ outlines-core is optional (vLLM depends on it, so the vLLM install has it; else
 from __future__ import annotations
 
 import argparse
+import gc
 import contextlib
 import json
 import os
@@ -446,6 +447,10 @@ def run(splits: list[str], backends: list[str], limit: int | None, tokenizer_dir
     info = load_tokenizer_info(tokenizer_dir) if vocab == "real" else xgr.TokenizerInfo([])
     make = makers(info, tokenizer_dir, vocab, outlines_timeout_s, outlines_memory_gib)
     compilers = {b: make[b]() for b in backends}
+    # The start-up heap (vocabularies, per-tokenizer tables) is frozen, as vLLM's engine core does once started
+    # (freeze_gc_heap): otherwise a collection after a compile walks it during the next mask fill.
+    gc.collect()
+    gc.freeze()
     encode = None
     if vocab == "real" and mask_schemas and "maskbench" in splits:
         from transformers import AutoTokenizer
