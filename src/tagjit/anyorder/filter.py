@@ -15,7 +15,7 @@ import xgrammar as xgr
 import json
 import re
 from tagjit.anyorder.plan import Obj, Val, scalar_key
-from tagjit.anyorder.vocab import BREAKS, STAYS, VocabTables, vocab_tables
+from tagjit.anyorder.vocab import BREAKS, LITERAL_END, STAYS, VocabTables, vocab_tables
 from tagjit.runtime.vocab import per_tokenizer
 
 
@@ -28,7 +28,6 @@ _R, _O, _A, _X, _F, _C = range(6)
 _VALUE, _AFTER, _KEY_OR_END, _KEY, _AFTER_KEY, _VALUE_OR_END = range(6)
 _WS = frozenset(b" \t\r\n")
 _STR_STOP = re.compile(rb'["\\]')
-_LIT_STOP = re.compile(rb"[ \t\r\n,}\]]")
 _REJECT = -1
 
 Path = tuple  # (mode, stack): stack is a tuple of frame tuples, the root frame first
@@ -71,7 +70,7 @@ def _step(mode: int, stack: list, data: bytes, i: int = 0) -> tuple[int, int]:
             mode = _S
             continue
         if mode == _L:
-            m = _LIT_STOP.search(data, i)
+            m = LITERAL_END.search(data, i)
             if m is None:
                 if stack[-1][0] == _C:
                     _grow(stack, data[i:])

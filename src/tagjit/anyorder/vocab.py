@@ -22,8 +22,9 @@ class VocabTables:
         for tid, tok in enumerate(self.tokens):
             if not tok:
                 continue
-            rel["S"][tid] = _closes_then_more(tok, False)
-            rel["SE"][tid] = _closes_then_more(tok, True)
+            closed, closed_escaped = _string_rest(tok), _escaped_rest(tok)  # after a string this token ends
+            rel["S"][tid] = bool(closed and closed.strip(b" \t\r\n"))
+            rel["SE"][tid] = bool(closed_escaped and closed_escaped.strip(b" \t\r\n"))
             rel["L"][tid] = any(c in b",}]" for c in tok)
             rel["Kq"][tid] = 0x22 in tok
             stripped = tok.strip(b" \t\r\n")
@@ -32,8 +33,8 @@ class VocabTables:
             rel["Xc"][tid] = 0x7D in tok or 0x5D in tok  # only a closing bracket leads out of a value nothing tracks
             # Where whitespace itself can break a rule (after a value of an object that cannot close yet, under
             # bounded whitespace): the same, whitespace counted.
-            rel["Sw"][tid] = _closes_then_more(tok, False, keep_ws=True)
-            rel["SEw"][tid] = _closes_then_more(tok, True, keep_ws=True)
+            rel["Sw"][tid] = bool(closed)
+            rel["SEw"][tid] = bool(closed_escaped)
             rel["Lw"][tid] = any(c in b",}] \t\r\n" for c in tok)
             rel["Nw"][tid] = True
         self.relevant = {k: np.packbits(v, bitorder="little").view(np.int32) for k, v in rel.items()}
@@ -70,7 +71,7 @@ STAYS = -1  # the token ends inside it
 BREAKS = -2  # the token cannot start a value there
 _CANNOT_START = object()  # (what _value_rest returns for BREAKS)
 _STRING_END = re.compile(rb'(?:[^"\\]|\\.)*"', re.DOTALL)
-_LITERAL_END = re.compile(rb"[ \t\r\n,}\]]")
+LITERAL_END = re.compile(rb"[ \t\r\n,}\]]")  # where a number or literal ends (the filter's stepping too)
 _WS_RUN = re.compile(rb"[ \t\r\n]*")
 
 
@@ -87,7 +88,7 @@ def _escaped_rest(tok: bytes) -> bytes | None:
 
 
 def _literal_rest(tok: bytes, start: int = 0) -> bytes | None:
-    m = _LITERAL_END.search(tok, start)
+    m = LITERAL_END.search(tok, start)
     return tok[m.start():] if m else None
 
 
@@ -128,21 +129,6 @@ def _value_rest(tok: bytes) -> bytes | object | None:
     if b != 0x7B and b != 0x5B:
         return _literal_rest(tok, i)
     return _opaque_rest(tok[i + 1:])
-
-
-def _closes_then_more(tok: bytes, escaped: bool, keep_ws: bool = False) -> bool:
-    i = 0
-    if escaped:
-        i = 1
-    while i < len(tok):
-        c = tok[i]
-        if c == 0x5C:
-            i += 2
-            continue
-        if c == 0x22:
-            return bool(tok[i + 1:] if keep_ws else tok[i + 1:].strip(b" \t\r\n"))
-        i += 1
-    return False
 
 
 def vocab_tables(info: xgr.TokenizerInfo) -> VocabTables:
