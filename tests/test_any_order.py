@@ -752,7 +752,7 @@ def walk_masks(m, tokens: list[int], bitmask) -> list[np.ndarray]:
 
 def test_a_second_request_on_a_schema_reuses_the_first_ones_verdicts(llama3_info, monkeypatch):
     svc = CompileService(llama3_info, UNHURRIED.replace(max_whitespace=1))
-    schema = with_required_order(PERSON)
+    schema = fresh_copy(PERSON)
     text = '{"nick": "b", "age": 12, "name": "Ann"}'
     tokens = llama3_tokens(llama3_info, text)
     bitmask = allocate_token_bitmask(1, llama3_info.vocab_size)
@@ -767,7 +767,7 @@ def test_a_second_request_on_a_schema_reuses_the_first_ones_verdicts(llama3_info
 
 def test_the_first_mask_is_learned_when_the_grammar_compiles(llama3_info, monkeypatch):
     svc = CompileService(llama3_info, UNHURRIED.replace(max_whitespace=1))
-    schema = with_required_order(PERSON) | {"title": "first mask"}
+    schema = fresh_copy(PERSON) | {"title": "first mask"}
     svc.compile(Constraint.of("json", schema))
     calls = count_verdicts(monkeypatch)
     bitmask = allocate_token_bitmask(1, llama3_info.vocab_size)
@@ -777,7 +777,7 @@ def test_the_first_mask_is_learned_when_the_grammar_compiles(llama3_info, monkey
 
 def test_verdicts_stay_exact_when_the_shared_memo_is_emptied_at_every_step(llama3_info, monkeypatch):
     svc = CompileService(llama3_info, UNHURRIED.replace(max_whitespace=1))
-    schema = with_required_order(PERSON)
+    schema = fresh_copy(PERSON)
     tokens = llama3_tokens(llama3_info, '{"age": 12, "nick": "b", "name": "Ann"}')
     bitmask = allocate_token_bitmask(1, llama3_info.vocab_size)
     roomy = walk_masks(svc.grammar(Constraint.of("json", schema)), tokens, bitmask)
@@ -789,7 +789,7 @@ def test_verdicts_stay_exact_when_the_shared_memo_is_emptied_at_every_step(llama
     assert all(np.array_equal(a, b) for a, b in zip(roomy, tight))
 
 
-def with_required_order(schema: dict) -> dict:
+def fresh_copy(schema: dict) -> dict:
     """A copy that no other test compiles (the memo is shared per tokenizer)."""
     return json.loads(json.dumps(schema)) | {"description": "memo test"}
 
