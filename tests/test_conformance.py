@@ -131,6 +131,32 @@ def test_valid_instances_stay_accepted_after_the_rewrite(lenient, name):
     assert all(accepts(lenient, schema, t) for t in instances(name, True))
 
 
+# An item schema written by a tool from an example that held nothing: {"required": [], "properties": {}}.
+SAYS_NOTHING = {"type": "array", "items": {"required": [], "properties": {}}}
+
+
+def test_an_untyped_schema_whose_object_keywords_say_nothing_takes_any_value(lenient):
+    assert accepts(lenient, SAYS_NOTHING, '["reading", 1, null, true, [], {"a": 1}]')
+
+
+def test_real_instances_under_an_untyped_schema_that_says_nothing_are_accepted(lenient):
+    schema = maskbench("Github_medium---o7200.json")["schema"]  # hobbies: {"items": {"required": [], ...}}
+    valid = instances("Github_medium---o7200.json", True)
+    assert valid and all(accepts(lenient, schema, t) for t in valid)
+
+
+def test_an_untyped_schema_with_object_keywords_that_constrain_still_takes_only_objects(lenient):
+    schema = {"type": "array", "items": {"properties": {"a": {"type": "string"}}, "required": []}}
+    assert accepts(lenient, schema, '[{"a": "x"}]')
+    assert not accepts(lenient, schema, '["a"]')
+
+
+def test_under_strict_mode_empty_properties_still_close_an_untyped_object(service):
+    assert accepts(service, SAYS_NOTHING, "[{}]")
+    assert not accepts(service, SAYS_NOTHING, '["reading"]')
+    assert not accepts(service, SAYS_NOTHING, '[{"a": 1}]')
+
+
 def test_unanchored_pattern_matches_anywhere_like_json_schema(service, llama3_info):
     import jsonschema
 

@@ -111,7 +111,7 @@ class _Normalizer:
         n.update(held)  # normalised already, in the exact form (schema.pattern_properties)
         if combinators and combinators[0] == "oneOf":
             n["oneOf"] = self._one_of(n["oneOf"], where)
-        _infer_type(n)
+        _infer_type(n, self.strict)
         _open_sized(n)
         _multiple_of(n, where)
         _implied_lengths(n)
@@ -356,7 +356,7 @@ class _Normalizer:
             b = self._resolve(b["$ref"], "#")
         if isinstance(b, dict):
             b = dict(b)
-            _infer_type(b)
+            _infer_type(b, self.strict)
         return b
 
     # -- combining two schemas (allOf semantics) -------------------------------------------------
@@ -567,12 +567,29 @@ def _draft4(n: dict) -> dict:
     return n
 
 
-def _infer_type(n: dict) -> None:
+def _infer_type(n: dict, strict: bool) -> None:
     if "type" in n or any(k in n for k in ("enum", "const", "$ref", "anyOf", "oneOf", "allOf", "not")):
+        return
+    said = [k for kws in TYPE_KEYWORDS.values() for k in kws if k in n]
+    if said and all(_vacuous(k, n[k], strict) for k in said):
+        for k in said:  # they hold for every value of their type: the node says nothing of any type
+            del n[k]
         return
     types = [t for t, kws in TYPE_KEYWORDS.items() if any(k in n for k in kws)]
     if types:  # only those types: stricter than JSON Schema (other types pass), never looser
         n["type"] = types[0] if len(types) == 1 else types
+
+
+def _vacuous(keyword: str, value: Any, strict: bool) -> bool:
+    """Whether a type keyword holds for every value of its type (``required: []``; ``properties: {}`` unless strict
+    mode closes objects that say it)."""
+    if keyword in ("properties", "patternProperties"):
+        return value == {} and not strict
+    if keyword in ("additionalProperties", "unevaluatedProperties", "items", "additionalItems"):
+        return value is True or value == {}
+    return (keyword == "required" and value == []
+            or keyword in ("minLength", "minItems", "minProperties") and _number(value) and value == 0
+            or keyword == "uniqueItems" and value is False)
 
 
 def _open_sized(n: dict) -> None:
