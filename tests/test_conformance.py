@@ -13,6 +13,8 @@ import os
 
 import pytest
 import xgrammar as xgr
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shared_data import SCHEMAS, maskbench
 from tagjit import CompileService, ConstraintError, Settings, UnsupportedFeatureError
@@ -137,6 +139,18 @@ SAYS_NOTHING = {"type": "array", "items": {"required": [], "properties": {}}}
 
 def test_an_untyped_schema_whose_object_keywords_say_nothing_takes_any_value(lenient):
     assert accepts(lenient, SAYS_NOTHING, '["reading", 1, null, true, [], {"a": 1}]')
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=8)
+
+
+@settings(deadline=None, max_examples=100)
+@given(value=JSON_VALUES)
+def test_every_json_value_passes_an_untyped_schema_that_says_nothing(lenient, value):
+    assert accepts(lenient, SAYS_NOTHING, dumps([value]))
 
 
 def test_real_instances_under_an_untyped_schema_that_says_nothing_are_accepted(lenient):
