@@ -202,6 +202,23 @@ def test_arguments_are_an_object_even_when_unconstrained(svc):
     assert not accepts(svc, tag, '<tool_call>{"name": "ping", "arguments": 3}</tool_call>')
 
 
+@pytest.mark.parametrize("params", [{}, {"required": []}, {"properties": {}, "required": []}, True],
+                         ids=["empty", "no-names-required", "no-names", "true"])
+def test_arguments_are_an_object_when_the_parameters_say_no_type(svc, params):
+    tag = hermes([{"type": "function", "function": {"name": "ping", "parameters": params}}], "required")
+    assert accepts(svc, tag, call("ping", {}))
+    assert not accepts(svc, tag, '<tool_call>{"name": "ping", "arguments": "now"}</tool_call>')
+    assert not accepts(svc, tag, '<tool_call>{"name": "ping", "arguments": 3}</tool_call>')
+
+
+def test_untyped_parameters_keep_their_properties_in_declared_order(svc):
+    params = {"properties": {"zone": {"type": "string"}, "hour": {"type": "integer"}}, "required": ["zone"]}
+    tag = hermes([{"type": "function", "function": {"name": "at", "parameters": params}}], "required")
+    assert accepts(svc, tag, call("at", {"zone": "UTC", "hour": 3}))
+    assert not accepts(svc, tag, call("at", {"hour": 3, "zone": "UTC"}))
+    assert not accepts(svc, tag, call("at", {"hour": 3}))
+
+
 def test_a_server_set_to_refuse_unenforceable_tools_names_the_tool_and_feature():
     bad = {"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"x": {"type": "array", "not": {"items": {"type": "string"}}}}}}}

@@ -65,13 +65,27 @@ def normalize_tools(tools: Sequence[Mapping[str, Any]] | None) -> list[Tool]:
         if params is not None and not isinstance(params, (dict, bool)):
             raise ConstraintError(f"tool {name!r}: parameters must be a JSON Schema object")
         strict = fn.get("strict")
-        tool = Tool(name, params, strict if isinstance(strict, bool) else None)
+        tool = Tool(name, object_parameters(params), strict if isinstance(strict, bool) else None)
         if name in seen:
             out[seen[name]] = merge_duplicate(out[seen[name]], tool)
             continue
         seen[name] = len(out)
         out.append(tool)
     return out
+
+
+# Keywords beside which a root "type" would change how tagjit reads the schema (or that say its type themselves).
+_TYPED_ELSEWHERE = ("type", "$ref", "anyOf", "oneOf", "allOf", "not", "enum", "const")
+
+
+def object_parameters(params: dict | bool | None) -> dict | bool | None:
+    """A parameter schema that says ``type: object`` where it says no type: a call's arguments are a JSON object
+    (what the engines' tool parsers read), so ``{}`` or ``{"required": []}`` does not let them be a string."""
+    if params is True:
+        return {"type": "object"}
+    if isinstance(params, dict) and not any(k in params for k in _TYPED_ELSEWHERE):
+        return {"type": "object", **params}
+    return params
 
 
 def merge_duplicate(first: Tool, again: Tool) -> Tool:
