@@ -81,6 +81,14 @@ def test_structural_tag_legacy_form(service):
     assert not accepts(service, c, 'free text <f=add>{"a": "x"}</f>')
 
 
+def test_a_legacy_structure_without_a_schema_takes_any_object(service):
+    tag = {"type": "structural_tag", "structures": [{"begin": "<f=ping>", "schema": None, "end": "</f>"}],
+           "triggers": ["<f="]}
+    c = Constraint.of(Kind.STRUCTURAL_TAG, tag)
+    assert accepts(service, c, 'text <f=ping>{"a": [1]}</f>')
+    assert not accepts(service, c, 'text <f=ping>"now"</f>')
+
+
 @pytest.mark.parametrize("kind,source,reason", [
     (Kind.JSON, '{"type": "object"', "not valid JSON"),
     (Kind.JSON, '{"type": "objec"}', "invalid JSON schema at '/type'"),

@@ -167,7 +167,7 @@ def legacy_to_format(tag: dict) -> dict:
             raise ConstraintError(f"structural_tag structures[{i}] needs 'begin', 'schema' and 'end'")
         schema = st.get("schema")
         if schema is None:  # SGLang sends None for a tool without parameters: any JSON object
-            schema = {}
+            schema = {"type": "object"}
         if isinstance(schema, str):
             schema = schema_mod.parse_schema(schema)
         tags.append({"type": "tag", "begin": st["begin"],
