@@ -159,6 +159,11 @@ def test_real_instances_under_an_untyped_schema_that_says_nothing_are_accepted(l
     assert valid and all(accepts(lenient, schema, t) for t in valid)
 
 
+def test_a_root_whose_object_keywords_say_nothing_still_asks_for_an_object(lenient):
+    assert accepts(lenient, {"properties": {}, "required": []}, '{"a": 1}')
+    assert not accepts(lenient, {"properties": {}, "required": []}, '"reading"')
+
+
 def test_an_untyped_schema_with_object_keywords_that_constrain_still_takes_only_objects(lenient):
     schema = {"type": "array", "items": {"properties": {"a": {"type": "string"}}, "required": []}}
     assert accepts(lenient, schema, '[{"a": "x"}]')

@@ -111,7 +111,7 @@ class _Normalizer:
         n.update(held)  # normalised already, in the exact form (schema.pattern_properties)
         if combinators and combinators[0] == "oneOf":
             n["oneOf"] = self._one_of(n["oneOf"], where)
-        _infer_type(n, self.strict)
+        _infer_type(n, self.strict, root=where == "#")
         _open_sized(n)
         _multiple_of(n, where)
         _implied_lengths(n)
@@ -567,11 +567,12 @@ def _draft4(n: dict) -> dict:
     return n
 
 
-def _infer_type(n: dict, strict: bool) -> None:
+def _infer_type(n: dict, strict: bool, root: bool = False) -> None:
     if "type" in n or any(k in n for k in ("enum", "const", "$ref", "anyOf", "oneOf", "allOf", "not")):
         return
     said = [k for kws in TYPE_KEYWORDS.values() for k in kws if k in n]
-    if said and all(_vacuous(k, n[k], strict) for k in said):
+    # The root keeps its type: a response_format that says {"properties": {}} asks for an object, as tools' do.
+    if said and not root and all(_vacuous(k, n[k], strict) for k in said):
         for k in said:  # they hold for every value of their type: the node says nothing of any type
             del n[k]
         return
