@@ -353,6 +353,33 @@ def test_one_of_branches_that_reach_it_again_through_ref_and_may_meet_are_refuse
         service.validate(Constraint.of(Kind.JSON, schema))
 
 
+# An expression tree: each branch requires the recursive "arg" before the "op" that tells the branches apart.
+EXPRESSION = {"$ref": "#/$defs/e", "$defs": {"e": {"oneOf": [
+    {"type": "object", "properties": {"arg": {"$ref": "#/$defs/e"}, "op": {"enum": ["neg"]}}, "required": ["arg", "op"]},
+    {"type": "object", "properties": {"arg": {"$ref": "#/$defs/e"}, "op": {"enum": ["abs"]}}, "required": ["arg", "op"]},
+    {"type": "object", "properties": {"op": {"enum": ["lit"]}, "value": {"type": "integer"}},
+     "required": ["op", "value"]}]}}}
+
+
+def test_one_of_branches_are_told_apart_by_a_required_name_after_one_that_recurses(service):
+    agrees(service, EXPRESSION, [{"arg": {"op": "lit", "value": 1}, "op": "neg"},
+                                 {"arg": {"arg": {"op": "lit", "value": 2}, "op": "abs"}, "op": "neg"},
+                                 {"arg": {"op": "lit", "value": 1}, "op": "sqrt"}, {"op": "lit"}])
+
+
+def test_whether_a_recursive_one_of_compiles_does_not_depend_on_string_hashing():
+    import os
+    import subprocess
+    import sys
+    code = ("import json; from shared_data import maskbench; from tagjit.schema.check import prepare_schema\n"
+            "try:\n prepare_schema(maskbench('Github_medium---o58661.json')['schema']); print('compiled')\n"
+            "except Exception as e:\n print(type(e).__name__)")
+    here = os.path.dirname(__file__)
+    verdicts = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=here, check=True,
+                               env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout.strip() for seed in range(4)}
+    assert verdicts == {"compiled"}  # its expression branches differ by an "expType" enum
+
+
 def test_a_ref_cycle_or_a_ref_with_siblings_never_narrows_the_types_a_branch_may_hold():
     from tagjit.schema.one_of import FAMILIES, written_families
     defs = {"#/a": {"$ref": "#/b"}, "#/b": {"anyOf": [{"$ref": "#/a"}, {"type": "string"}]}}

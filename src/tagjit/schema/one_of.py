@@ -518,10 +518,15 @@ def disjoint(norm: Normalizer, a: Any, b: Any) -> bool:
             return True
     if _families_only(norm, a, "object") and _families_only(norm, b, "object"):
         pa, pb = _props(a), _props(b)
-        for name in set(_required(a)) & set(_required(b)):
-            if name in pa and name in pb and disjoint(norm, norm.resolve_view(pa[name], "#"),
-                                                      norm.resolve_view(pb[name], "#")):
-                return True
+        shared = set(_required(b))
+        for name in dict.fromkeys(_required(a)):  # in a's order: a set's order would follow string hashing
+            if name not in shared or name not in pa or name not in pb:
+                continue
+            try:
+                if disjoint(norm, norm.resolve_view(pa[name], "#"), norm.resolve_view(pb[name], "#")):
+                    return True
+            except UnsupportedFeatureError:  # this name's value reaches the oneOf again; another name may decide
+                continue
         xa, xb = undeclared_schema(a, norm.strict), undeclared_schema(b, norm.strict)
         for x, px, xx, y, py in ((a, pa, xa, b, pb), (b, pb, xb, a, pa)):
             if any(_forbids(y, name, norm.strict) for name in _required(x)):
