@@ -9,6 +9,10 @@ SGLANG_VENV ?= .venv-sglang
 VLLM033_VENV ?= .venv-vllm033
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# The main suite runs in this many pytest-xdist workers, a test file per worker at a time (its module and session
+# fixtures, a started vllm serve among them, stay in one process); 1 runs it in this process.
+PYTEST_WORKERS ?= 2
+XDIST := $(if $(filter-out 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
 
 .PHONY: setup setup-sglang setup-vllm033 demo test test-unit test-integration test-sglang bench clean
 
@@ -39,16 +43,16 @@ demo: setup
 	$(PY) integration/demo.py
 
 test: setup setup-sglang setup-vllm033
-	$(PY) -m pytest -q -p no:cacheprovider --ignore=tests/sglang tests integration $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) --ignore=tests/sglang tests integration $(PYTEST_ARGS)
 	$(SGLANG_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/sglang $(PYTEST_ARGS)
 	$(VLLM033_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/vllm_classes tests/test_tools_vllm.py \
 		tests/test_vllm_grammar_futures.py tests/test_vllm_plugin.py $(PYTEST_ARGS)
 
 test-unit: setup
-	$(PY) -m pytest -q --ignore=tests/sglang tests $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) --ignore=tests/sglang tests $(PYTEST_ARGS)
 
 test-integration: setup
-	$(PY) -m pytest -q integration $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) integration $(PYTEST_ARGS)
 
 test-sglang: setup-sglang
 	$(SGLANG_VENV)/bin/python -m pytest -q tests/sglang $(PYTEST_ARGS)
