@@ -256,6 +256,8 @@ def _ranges(codes: set[int]) -> list[tuple[int, int]]:
 @lru_cache(maxsize=512)
 def _fsm(pattern: str):
     """interegular's automaton of the pattern's search language over sentinel-wrapped text (shared: never mutated)."""
+    if pattern in _CLASSES_TOO_LARGE:
+        raise PatternProblem(_TOO_LARGE)
     try:
         parsed = interegular.parse_pattern(interegular_pattern(pattern))
         if _size(parsed) > MAX_PATTERN_SIZE:  # interegular would take minutes building it
@@ -630,6 +632,19 @@ _POINTER = "(?:/(?:[^/~]|~[01])*)*"
 _URI = f"[a-zA-Z][a-zA-Z+.\\-]*:(?:{_AUTH}|/?(?:{_PCHAR}+(?:/{_PCHAR}*)*)?){_TAIL}"
 _ATEXT = "[a-zA-Z0-9_!#$%&'*+/=?^`{|}~\\-]"
 _OCTET4 = "(?:25[0-5]|2[0-4][0-9]|[01]?[0-9]?[0-9])"
+# RFC 3987's IRI: RFC 3986's URI with ucschar in iunreserved and iprivate in the query. An IP-literal host ("[::1]")
+# is left out (sound: fewer strings), as the uri rule leaves it out.
+UCSCHAR = "\u00a0-\ud7ff\uf900-\ufdcf\ufdf0-\uffef" + "".join(
+    f"{chr(plane)}-{chr(plane + 0xFFFD)}" for plane in range(0x10000, 0xE0000, 0x10000)) + "\U000e1000-\U000efffd"
+IPRIVATE = "\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010fffd"
+_IUNRES = f"a-zA-Z0-9\\-._~{UCSCHAR}"
+_SUB = "!$&'()*+,;="
+_IPCHAR = f"(?:[{_IUNRES}{_SUB}:@]|{_PCT})"
+_IPATH = f"(?:/{_IPCHAR}*)*"
+_IAUTH = f"(?:(?:[{_IUNRES}{_SUB}:]|{_PCT})*@)?(?:[{_IUNRES}{_SUB}]|{_PCT})*(?::[0-9]*)?"
+_ITAIL = f"(?:\\?(?:{_IPCHAR}|[{IPRIVATE}/?])*)?(?:#(?:{_IPCHAR}|[/?])*)?"
+_IRI = f"[a-zA-Z][a-zA-Z0-9+\\-.]*:(?://{_IAUTH}{_IPATH}|/(?:{_IPCHAR}+{_IPATH})?|{_IPCHAR}+{_IPATH})?{_ITAIL}"
+_IRELATIVE = (f"(?://{_IAUTH}{_IPATH}|/(?:{_IPCHAR}+{_IPATH})?|(?:[{_IUNRES}{_SUB}@]|{_PCT})+{_IPATH})?{_ITAIL}")
 # RFC 3339 full-date with the days of each month and leap years (xgrammar's "date" accepts 2021-02-31).
 DATE = ("(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
         "|02-(?:0[1-9]|1[0-9]|2[0-8]))|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)"
@@ -657,6 +672,8 @@ _FORMATS = {
     # RFC 3986's URI-reference is a URI or a relative reference; xgrammar's rule takes only the latter.
     "uri-reference": f"{_URI}|(?:{_AUTH}|/(?:{_PCHAR}+(?:/{_PCHAR}*)*)?|{_NCHAR}+(?:/{_PCHAR}*)*)?{_TAIL}",
     "uri-template": (f"(?:[!#-$&(-;=?-\\[\\]_a-z~]|{_PCT}|\\{{[+#./;?&=,!@|]?{_VARSPEC}(?:,{_VARSPEC})*\\}})*"),
+    "iri": _IRI,
+    "iri-reference": f"{_IRI}|{_IRELATIVE}",
     "json-pointer": _POINTER,
     "relative-json-pointer": f"(?:0|[1-9][0-9]*)(?:#|{_POINTER})",
 }
@@ -669,6 +686,12 @@ def format_pattern(fmt: object) -> str | None:
     if fmt == "byte":
         return BASE64
     return f"^(?:{_FORMATS[fmt]})$" if isinstance(fmt, str) and fmt in _FORMATS else None
+
+
+# The IRI formats' classes hold every Unicode letter (~1M code points each): interegular takes seconds to parse them
+# and minutes to build the automaton, so these languages are written only alone, as xgrammar's regex rule.
+_CLASSES_TOO_LARGE = frozenset({format_pattern("iri"), format_pattern("iri-reference")})
+_TOO_LARGE = "its character classes (all of Unicode's letters) are too large for an automaton"
 
 
 def node_automaton(node: dict) -> Lengths:

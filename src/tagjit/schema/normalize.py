@@ -1078,10 +1078,13 @@ def _anchors(node: Any, where: str) -> Iterator[tuple[str, str]]:
 _ANCHOR_KEYS = frozenset({"id", "$id", "$anchor"})
 
 
-# Formats whose xgrammar rule is not the format's language: date takes 2021-02-31, uri-reference no absolute URI.
-_OWN_FORMATS = ("date", "uri-reference")
+# Formats whose xgrammar rule is not the format's language (date takes 2021-02-31, uri-reference no absolute URI), or
+# that xgrammar has no rule for (iri, iri-reference).
+_OWN_FORMATS = ("date", "uri-reference", "iri", "iri-reference")
+# Of those, the ones tagjit writes only alone: beside lengths or a pattern they are refused by name (build.patterns).
+_ALONE_FORMATS = ("iri", "iri-reference")
 
 
 def _exact_format(n: dict) -> None:
-    if n.get("format") in _OWN_FORMATS and "pattern" not in n:
+    if n.get("format") in _OWN_FORMATS and "pattern" not in n and not (n["format"] in _ALONE_FORMATS and _lengths(n)):
         n["pattern"] = format_pattern(n.pop("format"))
