@@ -49,6 +49,7 @@ class _Normalizer:
         self.root = root
         self.strict = strict
         self._inlining: list[str] = []
+        self._unrolls_of: dict[str, bool] = {}  # $ref -> whether inlining its target inlines it again below
         self._views: dict[str, Any] = {}  # $ref -> its normalised target, for oneOf differences
         self._viewing: list[str] = []
         self.forbidden: list[str] = []  # optional properties left out because they accept no value
@@ -493,7 +494,7 @@ class _Normalizer:
         ref = n.get("$ref")
         if not isinstance(ref, str):
             return n
-        if ref in self._inlining:
+        if ref in self._inlining or self._unrolls(ref, where):
             raise UnsupportedFeatureError("$ref to a recursive definition combined with other keywords", where)
         target = self._resolve(ref, where)
         rest = {k: v for k, v in n.items() if k != "$ref"}
@@ -502,6 +503,30 @@ class _Normalizer:
             return self.merge(target, rest, where) if rest else target
         finally:
             self._inlining.pop()
+
+    def _unrolls(self, ref: str, where: str) -> bool:
+        """Whether the target of ref, once inlined, merges ref again (through allOfs that inline $refs, transitively):
+        each normalised copy would hold another, without end."""
+        hit = self._unrolls_of.get(ref)
+        if hit is None:
+            seen: set[str] = set()
+            todo = [ref]
+            hit = False
+            while todo and not hit:
+                r = todo.pop()
+                if r in seen:
+                    continue
+                seen.add(r)
+                try:
+                    target = self._resolve(r, where)
+                except ConstraintError:  # refused where it is inlined, if it ever is
+                    continue
+                for node, _ in subschemas(target):
+                    merged = _inlined_refs(node)
+                    hit = hit or ref in merged
+                    todo.extend(merged)
+            self._unrolls_of[ref] = hit
+        return hit
 
     def _not_target(self, n: dict, where: str) -> dict:
         """The node with ``not: {$ref}`` replaced by the target, where the target holds no $ref (negating a
@@ -526,6 +551,21 @@ class _Normalizer:
 
 
 _DEFINITIONS = ("$defs", "definitions")
+
+
+def _inlined_refs(node: dict) -> list[str]:
+    """The $refs an allOf at this node inlines: all of its $ref parts, where two or more parts (the node's own
+    keywords, the branches) say more than annotations (a lone {$ref} beside a description stays a $ref)."""
+    branches = node.get("allOf")
+    if not isinstance(branches, list):
+        return []
+    base = {k: v for k, v in node.items() if k not in ("allOf", *_DEFINITIONS)}
+    said = [p for p in (base, *branches) if p is False or (isinstance(p, dict) and not ANNOTATIONS.issuperset(p))]
+    if len(said) < 2:
+        return []
+    return [p["$ref"] for p in said if isinstance(p, dict) and isinstance(p.get("$ref"), str)]
+
+
 # Most branches two anyOfs merged under allOf may make (one per pair): past it the grammar grows faster than it helps.
 MAX_ANY_OF_PRODUCT = 64
 _OBJECT_SHAPE = ("properties", "additionalProperties", "required", "patternProperties")
