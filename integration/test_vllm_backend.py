@@ -31,6 +31,17 @@ def test_json_schema_output_validates(client, bias):
     jsonschema.validate(json.loads(r.choices[0].message.content), PERSON)
 
 
+def test_a_long_bounded_string_is_counted_by_the_filter_to_both_bounds(client, bias):
+    # Bounds above the grammar's count rules (256): the token filter counts the characters in the engine's masks,
+    # the closing-character bias pushes for the shortest string and the limit stops the longest.
+    schema = {"type": "object", "properties": {"note": {"type": "string", "minLength": 260, "maxLength": 270}},
+              "required": ["note"], "additionalProperties": False}
+    r = chat(client, bias, max_tokens=600,
+             response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": schema}})
+    assert r.choices[0].finish_reason == "stop", r.choices[0].message.content
+    jsonschema.validate(json.loads(r.choices[0].message.content), schema)
+
+
 def test_json_object_output_is_an_object(client, bias):
     r = chat(client, bias, response_format={"type": "json_object"})
     assert isinstance(json.loads(r.choices[0].message.content), dict)

@@ -102,11 +102,14 @@ def test_count_rules_are_written_up_to_the_largest_counted_bound(bounds, counted
     assert ("tagjit_len_" in printed({"type": "string", **bounds})) is counted
 
 
-def test_above_the_largest_counted_bound_the_string_is_xgrammars_class_without_escapes(plain):
+def test_above_the_largest_counted_bound_the_token_filter_counts_and_takes_escapes(plain):
     schema = {"type": "string", "maxLength": MAX_COUNTED + 1}
+    assert "tagjit_len_" not in printed(schema)
     assert accepts(plain, schema, json.dumps("é" * (MAX_COUNTED + 1), ensure_ascii=False))
     assert not accepts(plain, schema, json.dumps("é" * (MAX_COUNTED + 2), ensure_ascii=False))
-    assert not accepts(plain, schema, '"\\n"')
+    assert accepts(plain, schema, '"\\n"')
+    assert accepts(plain, schema, json.dumps("\n" * (MAX_COUNTED + 1)))
+    assert not accepts(plain, schema, json.dumps("\n" * (MAX_COUNTED + 2)))
 
 
 @pytest.mark.parametrize("name", ["Github_easy---o17544.json", "Github_medium---o6212.json",

@@ -10,15 +10,16 @@ from __future__ import annotations
 import xgrammar as xgr
 
 from tagjit.anyorder.ebnf import AnyOrderEbnf, strip_keywords, xgr_json
-from tagjit.anyorder.filter import AnyOrderFilter, AnyOrderSpec, step_state
-from tagjit.anyorder.plan import KEYWORD, KEYWORD_DEFAULT, AnyOrderPlan, key_spelling, wants_any_order, with_any_order
+from tagjit.anyorder.filter import AnyOrderFilter, AnyOrderSpec, count_tables, step_state
+from tagjit.anyorder.plan import (KEYWORD, KEYWORD_DEFAULT, AnyOrderPlan, CountUnfollowable, key_spelling,
+                                  wants_any_order, with_any_order)
 from tagjit.anyorder.vocab import vocab_tables
 from tagjit.build.ebnf import Built
 from tagjit.build.splice import Lifted
 from tagjit.settings import Settings
 
-__all__ = ["KEYWORD", "KEYWORD_DEFAULT", "wants_any_order", "with_any_order", "key_spelling", "build",
-           "AnyOrderSpec", "AnyOrderFilter", "step_state", "vocab_tables"]
+__all__ = ["KEYWORD", "KEYWORD_DEFAULT", "wants_any_order", "with_any_order", "key_spelling", "build", "count_filter",
+           "CountUnfollowable", "AnyOrderSpec", "count_tables", "AnyOrderFilter", "step_state", "vocab_tables"]
 
 
 def build(schema: dict, settings: Settings, lifted: Lifted | None = None) -> Built:
@@ -28,7 +29,14 @@ def build(schema: dict, settings: Settings, lifted: Lifted | None = None) -> Bui
     if isinstance(schema.get(KEYWORD_DEFAULT), bool):
         default = schema[KEYWORD_DEFAULT]
     plan = AnyOrderPlan(schema, default, settings.strict_mode, lifted)
+    spec = AnyOrderSpec(plan.root_val, tight=settings.max_whitespace is not None, counts=bool(plan.counts))
     if not plan.ao:
-        return Built(xgr_json(strip_keywords(schema), settings))
-    ebnf = AnyOrderEbnf(plan, settings).text()
-    return Built(xgr.Grammar.from_ebnf(ebnf), AnyOrderSpec(plan.root_val, tight=settings.max_whitespace is not None))
+        return Built(xgr_json(strip_keywords(schema), settings), spec if plan.counts else None)
+    return Built(xgr.Grammar.from_ebnf(AnyOrderEbnf(plan, settings).text()), spec)
+
+
+def count_filter(schema: dict, settings: Settings, lifted: Lifted) -> AnyOrderSpec:
+    """The token filter that counts the lengths of a lifted schema's strings (``lifted.counts``) where no object
+    takes any order (raises ``CountUnfollowable`` where the filter cannot follow the text to one)."""
+    plan = AnyOrderPlan(schema, False, settings.strict_mode, lifted)
+    return AnyOrderSpec(plan.root_val, tight=settings.max_whitespace is not None, counts=True)

@@ -15,15 +15,21 @@ import xgrammar as xgr
 import json
 import re
 from tagjit.anyorder.plan import Obj, Val, scalar_key
-from tagjit.anyorder.vocab import BREAKS, LITERAL_END, STAYS, VocabTables, vocab_tables
+from tagjit.anyorder.vocab import STRING_END, BREAKS, LITERAL_END, STAYS, VocabTables, vocab_tables
 from tagjit.runtime.vocab import per_tokenizer
 
 
 # Lexical modes.
 _N, _S, _SE, _L, _K, _KE = range(6)
 # Frame kinds: root, tracked object, tracked array, untracked (opaque) object or array; a value that opens one of
-# several objects (a fork, resolved by step_state into one state per object); a scalar being checked.
-_R, _O, _A, _X, _F, _C = range(6)
+# several objects (a fork, resolved by step_state into one state per object); a scalar being checked; a string whose
+# characters are counted: (_Z, minLength, maxLength, count, flag, hex digits left, their value so far), where flag is,
+# between characters, whether the last one was a high surrogate written ``\uD8xx``, and inside a ``\u`` escape whether
+# that escape is not counted yet (it follows a high surrogate: a low one completes the pair, one character).
+_R, _O, _A, _X, _F, _C, _Z = range(7)
+_NO_MAX = 1 << 62
+_CONTINUATION = bytes(range(0x80, 0xC0))  # UTF-8 bytes that continue a character
+_HEX_VALUE = {ord(c): int(c, 16) for c in "0123456789abcdefABCDEF"}
 # Phases of root/object/array frames.
 _VALUE, _AFTER, _KEY_OR_END, _KEY, _AFTER_KEY, _VALUE_OR_END = range(6)
 _WS = frozenset(b" \t\r\n")
@@ -50,22 +56,37 @@ def _step(mode: int, stack: list, data: bytes, i: int = 0) -> tuple[int, int]:
     while i < n:
         if mode == _S:
             m = _STR_STOP.search(data, i)
-            checking = stack[-1][0] == _C
+            kind = stack[-1][0]
             if m is None:
-                if checking:
+                if kind == _C:
                     _grow(stack, data[i:])
+                elif kind == _Z and not _count(stack, data, i, n):
+                    return _REJECT, n
                 return mode, n
             end = m.end()
             mode = _N if data[end - 1] == 0x22 else _SE
-            if checking:
+            if kind == _C:
                 _grow(stack, data[i:end - 1] if mode == _N else data[i:end])
                 if mode == _N and not _checked(stack, True):
                     return _REJECT, end
+            elif kind == _Z:
+                if not _count(stack, data, i, end - 1):
+                    return _REJECT, end
+                top = stack[-1]
+                if mode == _N:
+                    stack.pop()
+                    if top[3] < top[1]:
+                        return _REJECT, end
+                elif top[3] >= top[2] and not top[4]:
+                    return _REJECT, end  # an escape is one more character (but the low half of a pair)
             i = end
             continue
         if mode == _SE:
-            if stack[-1][0] == _C:
+            kind = stack[-1][0]
+            if kind == _C:
                 _grow(stack, data[i:i + 1])
+            elif kind == _Z and not _escape(stack, data[i]):
+                return _REJECT, i + 1
             i += 1
             mode = _S
             continue
@@ -197,6 +218,10 @@ def _start_value(stack: list, top: tuple, child: Val | None, b: int) -> int:
             return _REJECT
         stack.append((_C, child.check, b"" if b == 0x22 else bytes((b,))))
         return _S if b == 0x22 else _L
+    if b == 0x22 and child is not None and child.length is not None:
+        lo, hi = child.length
+        stack.append((_Z, lo, _NO_MAX if hi is None else hi, 0, False, 0, 0))
+        return _S
     if b == 0x7B:
         if child is not None and child.obj is not None:
             stack.append((_O, child.obj, _KEY_OR_END, 0, frozenset(), 0, None))
@@ -214,6 +239,42 @@ def _start_value(stack: list, top: tuple, child: Val | None, b: int) -> int:
     if b == 0x22:
         return _S
     return _L
+
+
+def _count(stack: list, data: bytes, i: int, j: int) -> bool:
+    """Count the characters of data[i:j], string text without a quote or backslash, in the counted string on top of
+    the stack; False if it passes maxLength."""
+    if i >= j:
+        return True
+    _, lo, hi, count, flag, left, acc = stack[-1]
+    while left and i < j:
+        digit = _HEX_VALUE.get(data[i])
+        if digit is None:
+            return False  # not JSON (the grammar refuses it too)
+        acc = acc * 16 + digit
+        left -= 1
+        i += 1
+        if not left:
+            if flag and 0xDC00 <= acc <= 0xDFFF:
+                flag = False  # the low half of a pair: one character with the high half, counted then
+            else:
+                count += flag  # an escape after a high surrogate that is not its low half: counted now
+                flag = 0xD800 <= acc <= 0xDBFF
+    if i < j:
+        count += len(data[i:j].translate(None, _CONTINUATION))  # one lead byte a character
+        flag = False
+    stack[-1] = (_Z, lo, hi, count, flag, left, acc)
+    return count <= hi
+
+
+def _escape(stack: list, b: int) -> bool:
+    """Count the escape whose character (after the backslash) is b; False if it passes maxLength."""
+    _, lo, hi, count, flag, _, _ = stack[-1]
+    if b == 0x75:  # \u: counted now, unless it may be the low half of a pair (then where its digits end)
+        stack[-1] = (_Z, lo, hi, count + (not flag), flag, 4, 0)
+        return count + (not flag) <= hi
+    stack[-1] = (_Z, lo, hi, count + 1, False, 0, 0)
+    return count + 1 <= hi
 
 
 def _grow(stack: list, data: bytes) -> None:
@@ -360,9 +421,10 @@ def _memo(info: xgr.TokenizerInfo) -> _Memo:
 class AnyOrderSpec:
     """FilterSpec of a schema with any-order objects (vocabulary-independent, shared by requests)."""
 
-    def __init__(self, root: Val | None, tight: bool = False) -> None:
+    def __init__(self, root: Val | None, tight: bool = False, counts: bool = False) -> None:
         self.root = root
         self.tight = tight
+        self.counts = counts  # whether some string's lengths are counted (its tables are made while compiling)
 
     def new(self, tokenizer_info: xgr.TokenizerInfo) -> "AnyOrderFilter":
         """A filter in its initial state for this vocabulary."""
@@ -372,6 +434,8 @@ class AnyOrderSpec:
         """Learn the verdicts of a request's first mask (shared through the memo) while the grammar compiles."""
         if not tokenizer_info.vocab_size:
             return  # no tokens, no masks (xgrammar keeps no mask tables to fill from)
+        if self.counts:
+            count_tables(tokenizer_info)
         bitmask = xgr.allocate_token_bitmask(1, tokenizer_info.vocab_size)
         xgr.GrammarMatcher(grammar).fill_next_token_bitmask(bitmask, 0)
         self.new(tokenizer_info).restrict(bitmask, 0)
@@ -427,6 +491,12 @@ class AnyOrderFilter:
         """Clear the bits of tokens that break an any-order rule in row index."""
         state = self._history[-1]
         memo = self._memo
+        counting = _fast_count(state)
+        if counting is not None:  # inside a counted string: its lengths, for every token at once
+            row = _rows(bitmask)[index]
+            for bad in _count_tables(self._vocab).bad(*counting):
+                width = min(len(row), len(bad))
+                row[:width] &= ~bad[:width]
         try:
             rel = memo.relevant[state]
         except KeyError:
@@ -474,9 +544,19 @@ class AnyOrderFilter:
             top = stack[-1]
             if top[0] == _R and top[2] == _AFTER and mode != _L:
                 return None  # a path that has written the whole value takes whatever the grammar allows
+            if top[0] == _Z and _fast_count(state) is None:
+                # Every token that ends the string, or is long enough to pass maxLength, is stepped.
+                packed = _count_tables(self._vocab).reach(top[2] - top[3])
+                rel, name = (packed, None) if rel is None else (rel | packed, None)
+                continue
             relevance = self._relevance(mode, top)
-            if _ws_breaks(stack):
+            # A counted string on top: its lengths are masked apart (restrict), the rest is a plain string's.
+            if _ws_breaks(stack[:-1] if top[0] == _Z else stack):
                 relevance = _COUNTING_WS.get(relevance, relevance)
+            if mode == _N and _opens_counted(top):  # a token that opens the string may pass maxLength in it
+                packed = self._vocab.relevant[relevance] | self._vocab.relevant["Kq"]
+                rel, name = (packed, None) if rel is None else (rel | packed, None)
+                continue
             if rel is None:
                 rel, name = self._vocab.relevant[relevance], relevance
             elif relevance != name:
@@ -566,10 +646,13 @@ def _lexeme(state: State) -> tuple[str | None, State]:
     (None, state) otherwise."""
     mode = state[0][0]
     if mode == _S or mode == _SE or mode == _L:
+        after = []
         for m, stack in state:
-            if m != mode or stack[-1][0] == _C:
+            kind = stack[-1][0]
+            if m != mode or kind == _C or kind == _Z and _fast_count(state) is None:
                 return None, state
-        return ("S", "SE", "L")[(_S, _SE, _L).index(mode)], tuple((_N, stack) for _, stack in state)
+            after.append((_N, stack[:-1] if kind == _Z else stack))  # lengths masked apart (restrict)
+        return ("S", "SE", "L")[(_S, _SE, _L).index(mode)], tuple(after)
     if mode != _N:
         return None, state
     top = state[0][1][-1]
@@ -593,10 +676,110 @@ def _lexeme(state: State) -> tuple[str | None, State]:
             child = top[1]
             top = top[:2] + (_AFTER,) + top[3:]
         if child is not None and (child.check is not None or child.obj is not None or child.arr is not None
-                                  or child.alts):
+                                  or child.alts or child.length is not None):
             return None, state
         after.append((_N, stack[:-1] + (top,)))
     return "V", tuple(after)
+
+
+def _opens_counted(top: tuple) -> bool:
+    """Whether a frame is at a value that may be a string whose lengths the filter counts."""
+    kind = top[0]
+    if kind == _X or kind == _C or kind == _Z or kind == _F or top[2] not in (_VALUE, _VALUE_OR_END):
+        return False
+    if kind == _O:
+        child = top[6]
+    elif kind == _A:
+        arr = top[1]
+        child = arr.prefix[top[3]] if top[3] < len(arr.prefix) else arr.items
+    else:
+        child = top[1]
+    return child is not None and child.length is not None
+
+
+def _fast_count(state: State) -> tuple[str, int, int] | None:
+    """Where the state is one path inside a counted string between characters (no ``\\u`` escape half read, not
+    after a high surrogate): which ``_CountTables`` situation, the characters left to maxLength and those still needed
+    to reach minLength; else None."""
+    if len(state) != 1:
+        return None
+    mode, stack = state[0]
+    top = stack[-1]
+    if top[0] != _Z or top[4] or top[5] or (mode != _S and mode != _SE):
+        return None
+    return ("S" if mode == _S else "SE"), top[2] - top[3], top[1] - top[3]
+
+
+class _CountTables:
+    """Per-tokenizer tables of counted strings: how many characters each token adds to a string it starts inside
+    (``delta``, up to its closing quote where it has one, ``closes``), read from a fresh counter (``"S"``) or right
+    after a backslash (``"SE"``), and rows of the tokens each bound refuses (made when first asked, bounded)."""
+
+    ROWS = 1024
+
+    def __init__(self, vocab: VocabTables) -> None:
+        size = vocab.words * 32
+        self.delta = {k: np.zeros(size, dtype=np.int32) for k in ("S", "SE")}
+        self.closes = {k: np.zeros(size, dtype=bool) for k in ("S", "SE")}
+        self.most = np.zeros(size, dtype=np.int32)  # at most one character a byte that starts one
+        quotes = np.zeros(size, dtype=bool)
+        for tid, tok in enumerate(vocab.tokens):
+            if not tok:
+                continue
+            chars = len(tok.translate(None, _CONTINUATION))
+            self.most[tid] = chars
+            quotes[tid] = 0x22 in tok
+            for kind, mode in (("S", _S), ("SE", _SE)):
+                if mode == _S and not quotes[tid] and 0x5C not in tok:
+                    self.delta[kind][tid] = chars
+                    continue
+                m = STRING_END.match(tok, 0 if mode == _S else 1)
+                stack = [(_Z, 0, _NO_MAX, 0, False, 0, 0)]
+                end = _step(mode, stack, tok[:m.end() - 1] if m else tok)[0]
+                if end != _REJECT:  # else the grammar's to refuse
+                    # A token that ends on a backslash commits to one more character (but the low half of a pair).
+                    self.delta[kind][tid] = stack[-1][3] + (end == _SE and not stack[-1][4])
+                    self.closes[kind][tid] = m is not None
+        self.quotes = quotes
+        self.longest = {k: int(v.max(initial=0)) for k, v in self.delta.items()}
+        self._rows: dict[tuple, np.ndarray] = {}
+
+    def bad(self, kind: str, room: int, need: int) -> list[np.ndarray]:
+        """Packed rows of the tokens that pass maxLength (``room`` characters left) or close the string short of
+        minLength (``need`` characters still to come)."""
+        out = []
+        if room < self.longest[kind]:
+            out.append(self._row((kind, "over", room), lambda: self.delta[kind] > room))
+        if need > 0:
+            need = min(need, self.longest[kind] + 1)
+            out.append(self._row((kind, "short", need), lambda: self.closes[kind] & (self.delta[kind] < need)))
+        return out
+
+    def reach(self, room: int) -> np.ndarray:
+        """Packed row of the tokens whose verdict a counted string decides anywhere: those with a quote, and those
+        that may add more than ``room`` characters."""
+        room = min(room, int(self.most.max(initial=0)))
+        return self._row(("reach", room), lambda: self.quotes | (self.most > room))
+
+    def _row(self, key: tuple, make: Any) -> np.ndarray:
+        row = self._rows.get(key)
+        if row is None:
+            if len(self._rows) >= self.ROWS:
+                self._rows.clear()
+            row = self._rows[key] = np.packbits(make(), bitorder="little").view(np.int32)
+        return row
+
+
+def count_tables(info: xgr.TokenizerInfo) -> None:
+    """Make a tokenizer's tables of counted strings (and its vocabulary tables) ahead of the first request."""
+    _count_tables(vocab_tables(info))
+
+
+def _count_tables(vocab: VocabTables) -> _CountTables:
+    tables = vocab.extra.get("counts")
+    if tables is None:
+        tables = vocab.extra["counts"] = _CountTables(vocab)
+    return tables
 
 
 _view: tuple[Any, int, np.ndarray] | None = None

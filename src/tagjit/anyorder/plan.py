@@ -54,15 +54,17 @@ def _children(node: dict) -> Iterator[Any]:
 
 class Val:
     """What a value position can open: a tracked object (or one of several, ``alts``) and/or a tracked array
-    (None: not tracked); ``check``: the scalar values the position may hold, where the filter must check them."""
+    (None: not tracked); ``check``: the scalar values the position may hold, where the filter must check them;
+    ``length``: the (minLength, maxLength or None) of a string there that the filter counts."""
 
-    __slots__ = ("obj", "alts", "arr", "check")
+    __slots__ = ("obj", "alts", "arr", "check", "length")
 
     def __init__(self) -> None:
         self.obj: Obj | None = None
         self.alts: tuple[Obj, ...] = ()
         self.arr: _Arr | None = None
         self.check: frozenset | None = None
+        self.length: tuple[int, int | None] | None = None
 
 
 class Obj:
@@ -103,6 +105,14 @@ _BRANCHES = (f"{KEYWORD} below an anyOf/oneOf whose branches can be several arra
              "is not an enum/const of scalars)")
 
 
+class CountUnfollowable(Exception):
+    """Strings whose lengths the filter would count lie where it cannot follow the text (``paths``: theirs)."""
+
+    def __init__(self, where: str, paths: frozenset[str]) -> None:
+        super().__init__(where)
+        self.paths = paths
+
+
 class _Ambiguous(Exception):
     """Any-order objects the filter cannot follow (``ids``), and why: the server default leaves them in order."""
 
@@ -127,6 +137,7 @@ class AnyOrderPlan:
         self.lifted = lifted  # what stands behind the schema's placeholders (its key languages, its rules)
         self.canonical = lifted.canonical if lifted else (lambda text: text)
         self.keys = lifted.key_exprs if lifted else {}
+        self.counts = lifted.counts if lifted else {}  # strings whose lengths the filter counts
         self._gaps_of: dict[int, frozenset[str] | None] = {}
         self.nodes: dict[int, dict] = {}
         self.paths: dict[int, str] = {}
@@ -158,6 +169,9 @@ class AnyOrderPlan:
                 self.root_val = self._build_vals()
                 return
             except _Ambiguous as amb:
+                counted = amb.ids & self.counts.keys()
+                if counted:
+                    raise CountUnfollowable(amb.where, frozenset(self.paths[i] for i in counted)) from None
                 bad = amb.ids & self.ao
                 if bad & self.explicit or not bad:
                     raise UnsupportedFeatureError(amb.feature, amb.where) from None
@@ -231,8 +245,8 @@ class AnyOrderPlan:
         for src, dsts in self.edges.items():
             for d in dsts:
                 back.setdefault(d, []).append(src)
-        seen = set(self.ao)
-        todo = list(self.ao)
+        seen = set(self.ao) | (self.counts.keys() & self.nodes.keys())
+        todo = list(seen)
         while todo:
             for src in back.get(todo.pop(), ()):
                 if src not in seen:
@@ -271,6 +285,11 @@ class AnyOrderPlan:
             raise _Ambiguous(where, self._ao_below(tracked_arrs))
         if tracked_arrs:
             val.arr = self._arr(tracked_arrs[0])
+        counted = [x for x in leaves if id(x) in self.counts]
+        if counted:
+            if len([x for x in leaves if _admits_string(x)]) > 1:  # which string it is, only the grammar knows
+                raise _Ambiguous(where, {id(x) for x in counted})
+            val.length = self.counts[id(counted[0])]
         return val
 
     def _ao_below(self, nodes: list[dict]) -> set[int]:
@@ -282,7 +301,7 @@ class AnyOrderPlan:
                 continue
             seen.add(i)
             todo.extend(self.edges.get(i, ()))
-        return seen & self.ao
+        return seen & (self.ao | self.counts.keys())
 
     def _leaves(self, node: dict, seen: set[int]) -> list[dict]:
         if id(node) in seen:
@@ -524,6 +543,17 @@ def _refs_into_root(schema: dict) -> bool:
     """Whether a ``$ref`` points into one of the root's members other than its definitions (``#/bolts/...``)."""
     refs = [n["$ref"] for n, _ in keywords.subschemas(schema) if isinstance(n.get("$ref"), str)]
     return any(r.startswith("#/") and not r.startswith(("#/$defs/", "#/definitions/")) for r in refs)
+
+
+def _admits_string(node: dict) -> bool:
+    t = node.get("type")
+    if isinstance(t, (str, list)):
+        return t == "string" or isinstance(t, list) and "string" in t
+    if "const" in node:
+        return isinstance(node["const"], str)
+    if isinstance(node.get("enum"), list):
+        return any(isinstance(v, str) for v in node["enum"])
+    return True
 
 
 def admits(node: dict, kind: str) -> bool:

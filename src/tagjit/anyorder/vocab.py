@@ -15,6 +15,7 @@ class VocabTables:
 
     def __init__(self, info: xgr.TokenizerInfo) -> None:
         self.tokens: list[bytes] = token_bytes(info)
+        self.extra: dict[str, object] = {}  # tables the filter makes when first needed (filter._count_tables)
         self.words = (info.vocab_size + 31) // 32
         rel = {name: np.zeros(self.words * 32, dtype=bool) for name in
                ("S", "SE", "L", "Kq", "Nall", "Nopen", "Sw", "SEw", "Lw", "Nw", "Xc")}
@@ -70,7 +71,7 @@ class VocabTables:
 STAYS = -1  # the token ends inside it
 BREAKS = -2  # the token cannot start a value there
 _CANNOT_START = object()  # (what _value_rest returns for BREAKS)
-_STRING_END = re.compile(rb'(?:[^"\\]|\\.)*"', re.DOTALL)
+STRING_END = re.compile(rb'(?:[^"\\]|\\.)*"', re.DOTALL)
 LITERAL_END = re.compile(rb"[ \t\r\n,}\]]")  # where a number or literal ends (the filter's stepping too)
 _WS_RUN = re.compile(rb"[ \t\r\n]*")
 
@@ -79,7 +80,7 @@ def _string_rest(tok: bytes, start: int = 0) -> bytes | None:
     """What follows the quote that closes the string tok starts inside (None: it does not close)."""
     if 0x22 not in tok:
         return None
-    m = _STRING_END.match(tok, start)
+    m = STRING_END.match(tok, start)
     return tok[m.end():] if m else None
 
 
@@ -100,7 +101,7 @@ def _opaque_rest(tok: bytes, depth: int = 1) -> bytes | None:
     while i < n:
         b = tok[i]
         if b == 0x22:
-            m = _STRING_END.match(tok, i + 1)
+            m = STRING_END.match(tok, i + 1)
             if m is None:
                 return None
             i = m.end()

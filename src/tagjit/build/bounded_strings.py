@@ -26,8 +26,14 @@ above keeps xgrammar's class repetition, which takes no escape (``printed.fix_st
 from __future__ import annotations
 
 RULE_PREFIX = "tagjit_len_"
-# Largest bound (maxLength, or minLength without one) written as a count rule; above it, xgrammar's repetition.
+# Largest bound (maxLength, or minLength without one) written as a count rule; above it, xgrammar's repetition, or
+# the token filter's count where the grammar has a filter (``FILTER_COUNTED``).
 MAX_COUNTED = 256
+
+FILTER_COUNTED = "x-tagjit-length"
+"""A normalised string node's keyword (tagjit's own): ``[minLength, maxLength or null]`` that the token filter counts
+(``anyorder.filter``) where the grammar cannot: above ``MAX_COUNTED`` characters, or beside a ``pattern``/``format``
+whose automaton with the lengths is too large. The node holds no minLength/maxLength then."""
 
 # Any character JSON writes raw: not a quote, a backslash or a control character (xgrammar's printed spelling).
 _RAW = r'[^\"\\\0-\x1f]'

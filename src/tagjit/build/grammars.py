@@ -38,19 +38,45 @@ def build_with_relaxations(constraint: Constraint, settings: Settings) -> tuple[
         raise ConstraintError(f"invalid {constraint.kind.value}: {_first_line(e)}") from None
 
 
-def json_schema_grammar(schema: dict | bool, settings: Settings) -> Built:
-    """Grammar for a checked JSON schema with tagjit's whitespace bound."""
-    schema = schema_mod.prepare_schema(schema, settings.strict_mode)
+def json_schema_grammar(schema: dict | bool, settings: Settings, filter_counts: bool = True) -> Built:
+    """Grammar (and token filter) for a checked JSON schema with tagjit's whitespace bound (``filter_counts``: string
+    lengths the grammar cannot count exactly are counted by a token filter; else they are the grammar's, or refused,
+    for a grammar that goes where no filter follows it, as inside a structural tag)."""
+    if not filter_counts:
+        return _prepared_built(schema_mod.prepare_schema(schema, settings.strict_mode), settings)
+    # Where the filter cannot tell which string a text is at a counted one (below a union of objects in declared
+    # order), those strings' lengths stay the grammar's: exact where it can write them, named where it cannot.
+    uncounted: frozenset[str] = frozenset()
+    for _ in range(_COUNT_TRIES):
+        try:
+            return _prepared_built(schema_mod.prepare_schema(schema, settings.strict_mode, uncounted), settings)
+        except any_order.CountUnfollowable as e:
+            if e.paths <= uncounted:
+                break
+            uncounted |= e.paths
+    return _prepared_built(schema_mod.prepare_schema(schema, settings.strict_mode), settings)
+
+
+# Unions of objects a schema may hold whose strings the filter cannot count, each a retry (then none is counted).
+_COUNT_TRIES = 8
+
+
+def _prepared_built(schema: dict | bool, settings: Settings) -> Built:
+    lifted, own = lift(schema)
     if any_order.wants_any_order(schema, settings.any_order_default):
-        lifted, own = lift(schema)
         built = any_order.build(lifted, settings, own)
         return Built(fix_string_lengths(own.splice(built.grammar)), built.filter_spec)
-    return Built(prepared_json_grammar(schema, settings))
+    spec = any_order.count_filter(lifted, settings, own) if own.counts else None
+    return Built(_lifted_grammar(lifted, own, settings), spec)
 
 
 def prepared_json_grammar(schema: dict | bool, settings: Settings) -> xgr.Grammar:
     """xgrammar's grammar of a prepared schema, with tagjit's own rules spliced in where xgrammar is not exact."""
     lifted, own = lift(schema)
+    return _lifted_grammar(lifted, own, settings)
+
+
+def _lifted_grammar(lifted: Any, own: Any, settings: Settings) -> xgr.Grammar:
     return repair_json(own.splice(xgr.Grammar.from_json_schema(
         json.dumps(lifted), strict_mode=settings.strict_mode, **whitespace_options(settings))),
         bounded_whitespace=settings.bounded_whitespace)
@@ -68,16 +94,17 @@ def _json(c: Constraint, s: Settings) -> tuple[Built, tuple[Relaxation, ...]]:
 def enforced_schema(schema: dict | bool, settings: Settings) -> tuple[dict | bool, tuple[Relaxation, ...]]:
     """A non-tool schema as tagjit enforces it: itself, or the relaxation the server or the schema opted into
     (UnsupportedFeatureError naming the feature and the opt-in otherwise)."""
-    _, loose, steps = _relaxed(schema, settings)
+    _, loose, steps = _relaxed(schema, settings, filter_counts=False)  # it goes into a structural tag
     return loose, steps
 
 
-def _relaxed(schema: dict | bool, s: Settings) -> tuple[Built, Any, tuple[Relaxation, ...]]:
+def _relaxed(schema: dict | bool, s: Settings, filter_counts: bool = True,
+             ) -> tuple[Built, Any, tuple[Relaxation, ...]]:
     names = relax_names(s.relax) + _requested_relaxations(schema)
     try:
         if not names:
-            return json_schema_grammar(schema, s), schema, ()
-        return relax(schema, lambda x: json_schema_grammar(x, s), allowed_by(names))
+            return json_schema_grammar(schema, s, filter_counts), schema, ()
+        return relax(schema, lambda x: json_schema_grammar(x, s, filter_counts), allowed_by(names))
     except UnsupportedFeatureError as e:
         name = family(e.feature)
         e.args = (f"{e}; it can be enforced loosely as the relaxation {name!r}: TAGJIT_RELAX={name} on the server "

@@ -39,7 +39,12 @@ _NEGATED_SHORTHANDS = {"S": f"[^\\s{_SENTINELS}]", "W": f"[^\\w{_SENTINELS}]", "
 
 
 class PatternProblem(Exception):
-    """A pattern tagjit cannot turn into an automaton exactly (the message names the feature)."""
+    """A pattern tagjit cannot turn into an automaton exactly (the message names the feature; ``size``: one it reads,
+    whose automaton is too large to build)."""
+
+    def __init__(self, message: str, size: bool = False) -> None:
+        super().__init__(message)
+        self.size = size
 
 
 class Lengths(NamedTuple):
@@ -257,11 +262,12 @@ def _ranges(codes: set[int]) -> list[tuple[int, int]]:
 def _fsm(pattern: str):
     """interegular's automaton of the pattern's search language over sentinel-wrapped text (shared: never mutated)."""
     if pattern in _CLASSES_TOO_LARGE:
-        raise PatternProblem(_TOO_LARGE)
+        raise PatternProblem(_TOO_LARGE, size=True)
     try:
         parsed = interegular.parse_pattern(interegular_pattern(pattern))
         if _size(parsed) > MAX_PATTERN_SIZE:  # interegular would take minutes building it
-            raise PatternProblem(f"pattern with repetitions of more than {MAX_PATTERN_SIZE} characters in all")
+            raise PatternProblem(f"pattern with repetitions of more than {MAX_PATTERN_SIZE} characters in all",
+                                 size=True)
         return parsed.to_fsm()
     except PatternProblem:
         raise
@@ -305,7 +311,7 @@ def _fsm_lengths(fsm, lo: int, hi: int | None) -> Lengths:
         return Lengths([], [], classes)
     # The pattern's own automaton over the text between the sentinels, minimised before the lengths multiply it.
     base, order = explore(first, lambda s: ((key, t) for key, t in fsm.map.get(s, {}).items() if key in classes),
-                          PatternProblem(_TOO_MANY))
+                          PatternProblem(_TOO_MANY, size=True))
     base, base_final = minimise(base, [fsm.map.get(s, {}).get(k_eos) in fsm.finals for s in order])
     if not base:
         return Lengths([], [], classes)
@@ -330,7 +336,7 @@ def _times_lengths(base: list[dict[int, int]], base_final: list[bool], lo: int, 
                 nxt = (t, min(k + 1, cap) if hi is None else k + 1)
                 if nxt not in index:
                     if len(order) >= MAX_STATES:
-                        raise PatternProblem(_TOO_MANY)
+                        raise PatternProblem(_TOO_MANY, size=True)
                     index[nxt] = len(order)
                     order.append(nxt)
                 out[key] = index[nxt]
@@ -704,6 +710,20 @@ def node_automaton(node: dict) -> Lengths:
         assert fmt is not None
         return lengths_automaton(fmt, *bounds(node))
     return lengths_automaton(pattern, *bounds(node), also=fmt)
+
+
+def lengths_too_large(node: dict) -> bool:
+    """Whether a normalised string node's minLength/maxLength cannot be written beside its ``pattern``/``format`` only
+    because the automaton would be too large, or because tagjit has no automaton of its format (enforced alone)."""
+    fmt = node.get("format")
+    if isinstance(fmt, str) and format_pattern(fmt) is None:
+        return "pattern" not in node
+    try:
+        lengths_automaton(node["pattern"] if isinstance(node.get("pattern"), str) else format_pattern(fmt),
+                          *bounds(node), also=format_pattern(fmt) if isinstance(node.get("pattern"), str) else None)
+    except PatternProblem as e:
+        return e.size
+    return False
 
 
 def format_lengths_problem(node: dict) -> str | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import xgrammar as xgr
 
-from tagjit.build.bounded_strings import RULE_PREFIX as LENGTH_PREFIX, counted, length_rules
+from tagjit.build.bounded_strings import FILTER_COUNTED, RULE_PREFIX as LENGTH_PREFIX, counted, length_rules
 from tagjit.build.numbers import (NONINTEGRAL, RANGE_PREFIX, RULE_PREFIX, VALUE_PREFIX, Range, TooLarge,
                                   automaton_rules, is_number, multiples, own_range, range_rules, value_rules)
 from tagjit.build.patterns import EXCEPT, RULE_PREFIX as PATTERN_PREFIX, lengths_rules, node_automaton
@@ -52,6 +52,8 @@ class Lifted:
         self.rules: dict[str, tuple[str, list[str]]] = {}  # placeholder -> (rule name, rules)
         self.key_states = 0  # states of the property-name automata whose masks xgrammar precomputes
         self.key_exprs: dict[str, dict] = {}  # placeholder of a patternProperties key -> its language
+        # id of a lifted string node -> (minLength, maxLength or None) that the token filter counts (FILTER_COUNTED)
+        self.counts: dict[int, tuple[int, int | None]] = {}
 
     def _placeholder(self, prefix: str, rules: Any) -> str:
         """A new placeholder constant for the rules ``rules(name)`` under a fresh rule name."""
@@ -71,6 +73,13 @@ class Lifted:
         if not isinstance(n, dict):
             return n
         out: dict[str, Any] = {}
+        if FILTER_COUNTED in n:  # a string node without lengths (check._filter_counts), counted by the filter
+            out = {k: v for k, v in n.items() if k != FILTER_COUNTED}
+            if EXCEPT in out:  # a pattern that is tagjit's automaton alone
+                out = self._split(out, None, None)
+            lo, hi = n[FILTER_COUNTED]
+            self.counts[id(out)] = (lo, hi)
+            return out
         for k, v in n.items():
             if k in MAPS and isinstance(v, dict):
                 out[k] = {name: self.node(c) for name, c in v.items()}

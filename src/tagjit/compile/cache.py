@@ -18,7 +18,7 @@ from tagjit.settings import Settings
 V = TypeVar("V")
 log = logging.getLogger("tagjit")
 # Raised whenever tagjit writes a constraint's grammar differently, so that a shared disk cache never serves the old one.
-FORMAT_VERSION = "2"
+FORMAT_VERSION = "3"
 XGRAMMAR_VERSION = importlib.metadata.version("xgrammar")
 
 

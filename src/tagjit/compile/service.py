@@ -60,7 +60,7 @@ class CompileService:
         # off the request path on a pool the interpreter joins at exit (a daemon thread still reading the vocabulary
         # through xgrammar's FFI at exit aborts the process).
         self._tables = [self._unit_pool.submit(vocab_index, tokenizer_info),
-                        self._unit_pool.submit(any_order.vocab_tables, tokenizer_info)]
+                        self._unit_pool.submit(any_order.count_tables, tokenizer_info)]  # with vocab_tables
         self.disk = DiskCache(s.disk_cache_dir, self._salt) if s.disk_cache_dir else None
         self._pool = compile_pool(max(1, s.compile_threads), "tagjit-compile", s)
         self._flight = SingleFlight(self._pool, self.memory)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from typing import Any
@@ -13,13 +14,15 @@ from tagjit.compile.cache import bounded_memo
 from tagjit.errors import CompileLimitError, ConstraintError, EmptySchemaError, UnsupportedFeatureError
 from tagjit.schema.metaschema import quick_valid
 from tagjit.settings import get_settings
+from tagjit.build.bounded_strings import FILTER_COUNTED, counted
 from tagjit.build.numbers import multiple_of_problem
-from tagjit.build.patterns import EXCEPT, format_lengths_problem, format_pattern, pattern_lengths_problem
+from tagjit.build.patterns import (EXCEPT, format_lengths_problem, format_pattern, lengths_too_large,
+                                   pattern_lengths_problem, spelled_by_tagjit)
 from tagjit.build.strings import exclusion_problem
 from tagjit.schema.formats import SUPPORTED_FORMATS
 from tagjit.schema.normalize import normalize_schema
 from tagjit.schema.pattern_properties import pattern_keys_problem, wants_exact_keys
-from tagjit.schema.keywords import path_text, subschemas
+from tagjit.schema.keywords import KEYS, TYPE_KEYWORDS, path_text, subschemas
 from tagjit.schema.productive import unproductive_refs
 
 
@@ -51,9 +54,11 @@ def parse_schema(source: str | dict | bool) -> dict | bool:
     return schema
 
 
-def prepare_schema(schema: dict | bool, strict: bool = True) -> dict | bool:
+def prepare_schema(schema: dict | bool, strict: bool = True, filter_counts: frozenset[str] | None = None,
+                   ) -> dict | bool:
     """Check a schema and return its normalised form (see normalize_schema), which xgrammar enforces exactly
-    (``strict``: xgrammar's strict mode, the ``strict_mode`` setting)."""
+    (``strict``: xgrammar's strict mode, the ``strict_mode`` setting; ``filter_counts``: string lengths the grammar
+    cannot count exactly move to ``FILTER_COUNTED`` for a token filter to count, but at these paths)."""
     if isinstance(schema, bool):
         return schema
     _check_validity(schema)
@@ -61,6 +66,8 @@ def prepare_schema(schema: dict | bool, strict: bool = True) -> dict | bool:
         normalized = normalize_schema(schema, strict)
     except RecursionError:
         raise ConstraintError(f"JSON schema nests deeper than {MAX_DEPTH} levels") from None
+    if filter_counts is not None and isinstance(normalized, dict):
+        normalized = _filter_counted(normalized, filter_counts)
     if isinstance(normalized, dict):
         refs = False
         for node, path in subschemas(normalized):
@@ -89,6 +96,44 @@ def prepared(text: str, strict: bool = True) -> Any:
     do not mutate it.
     """
     return prepare_schema(json.loads(text), strict)
+
+
+def _filter_counted(schema: dict, uncounted: frozenset[str]) -> dict:
+    """The schema with each string's lengths that the grammar cannot count exactly under ``FILTER_COUNTED`` (but
+    at the ``uncounted`` paths)."""
+    if not any(_filter_counts(node) for node, _ in subschemas(schema)):
+        return schema
+    schema = copy.deepcopy(schema)  # normalize may hand back the caller's own nodes
+    found = {id(node): node for node, path in subschemas(schema)  # a shared node once
+             if _filter_counts(node) and (not uncounted or path_text(path) not in uncounted)}
+    for node in found.values():
+        lo, hi = node.pop("minLength", 0), node.pop("maxLength", None)
+        node[FILTER_COUNTED] = [int(lo), None if hi is None else int(hi)]
+        if isinstance(node.get("pattern"), str) and spelled_by_tagjit(node["pattern"]):
+            node[EXCEPT] = []  # alone, the pattern is tagjit's automaton (as normalize marks it)
+    return schema
+
+
+def _filter_counts(node: dict) -> bool:
+    """Whether a string node's lengths are the token filter's to count: a pattern or format whose automaton with
+    them is too large (the node is exact without them), or lengths alone above ``MAX_COUNTED``."""
+    if "minLength" not in node and "maxLength" not in node:
+        return False
+    types = _types(node)
+    if types and "string" not in types or not _BESIDE_COUNT.isdisjoint(node):
+        return False
+    lo, hi = node.get("minLength", 0), node.get("maxLength")
+    if not _whole(lo) or hi is not None and (not _whole(hi) or hi < lo):
+        return False  # normalize's to judge
+    if "pattern" not in node and "format" not in node:
+        return counted(node) is None
+    if _node_problem({k: v for k, v in node.items() if k not in ("minLength", "maxLength")}) is not None:
+        return False  # refused without its lengths too: that is the feature to name
+    return _node_problem(node) is not None and lengths_too_large(node)
+
+
+def _whole(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 and float(v).is_integer()
 
 
 def _check_validity(schema: dict) -> None:
@@ -232,6 +277,11 @@ def _node_problem(node: dict) -> str | None:
 
 # Keywords that apply to every type: a node tagjit writes its own rule for (multipleOf, not) must have none of them.
 _ANY_TYPE = ("enum", "const", "$ref", "allOf", "anyOf", "oneOf", "not", "if", "then", "else")
+
+# A node whose lengths the filter counts says nothing but type, pattern and format (so the grammar's string is the
+# node's own, whole); other keywords, unknown to JSON Schema, are annotations.
+_BESIDE_COUNT = frozenset({*KEYS, *_ANY_TYPE, *_UNSUPPORTED, EXCEPT,
+                           *(kw for t, kws in TYPE_KEYWORDS.items() if t != "string" for kw in kws)})
 
 
 def _own_rule_problem(node: dict, types: set[str]) -> str | None:

@@ -362,7 +362,7 @@ def _json_value_cached(schema_json: str, st: XmlStyle, settings: Settings) -> st
 
 
 def _json_value_node(full: Any, where: str, st: XmlStyle, settings: Settings) -> dict:
-    built = json_schema_grammar(full, settings)
+    built = json_schema_grammar(full, settings, filter_counts=False)  # inside a structural tag: no filter
     if built.filter_spec is not None:
         raise UnsupportedFeatureError(f"{where}: any-order objects inside {st.name} arguments")
     text = str(built.grammar)

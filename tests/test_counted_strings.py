@@ -1,0 +1,266 @@
+"""String lengths that tagjit's token filter counts, where the grammar cannot count them exactly: ``minLength``/
+``maxLength`` above ``MAX_COUNTED`` characters (the grammar's count rules would compile too slowly there, and
+xgrammar's bounded repetition takes no escape), and beside a ``pattern`` or ``format`` whose automaton with the
+lengths is too large (``format: email`` with ``maxLength: 1024``). The grammar writes the string without its lengths;
+the filter counts decoded characters as JSON Schema does (an escape is one, a surrogate pair one), in every mask and
+every accepted token.
+
+Checked on hand-picked strings, against the ``jsonschema`` package on generated ones, mask for mask against the
+grammar's own count rules along random walks, and on real MaskBench schemas."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import numpy as np
+import pytest
+import xgrammar as xgr
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pools import UNHURRIED
+from shared_data import maskbench
+from tagjit import CompileService, Constraint, UnsupportedFeatureError, report
+from tagjit.build import bounded_strings
+from tagjit.build.bounded_strings import MAX_COUNTED
+from tagjit.build.grammars import json_schema_grammar
+from tagjit.constraint import Kind
+from tagjit.runtime.matcher import allocate_token_bitmask
+from tagjit.tools import build_tool_tag
+from tagjit.tools.tag import answer_content
+from test_pattern_lengths import _spell, valid
+
+UNTIMED = settings(deadline=None, max_examples=60)
+LONG = MAX_COUNTED + 44  # 300: above the count rules
+
+
+@pytest.fixture(scope="module")
+def plain() -> CompileService:
+    """Grammars and filters without a vocabulary: many schemas compile quickly."""
+    return CompileService(xgr.TokenizerInfo([]), UNHURRIED)
+
+
+def accepts(svc: CompileService, schema, text: str) -> bool:
+    g = svc.grammar(Constraint.of(Kind.JSON, schema))
+    return g.accept_string(text) and g.is_completed()
+
+
+def note(lo: int, hi: int | None) -> dict:
+    bounds = {"minLength": lo} if hi is None else {"minLength": lo, "maxLength": hi}
+    return {"type": "object", "properties": {"note": {"type": "string", **bounds}, "n": {"type": "integer"}},
+            "required": ["note"]}
+
+
+def test_a_long_string_is_written_unbounded_and_counted_by_the_filter():
+    built = json_schema_grammar({"type": "string", "maxLength": LONG}, UNHURRIED)
+    assert built.filter_spec is not None
+    assert "tagjit_len_" not in str(built.grammar) and f"{LONG}" not in str(built.grammar)
+
+
+def test_a_short_string_keeps_the_grammars_count_rules():
+    built = json_schema_grammar({"type": "string", "maxLength": MAX_COUNTED}, UNHURRIED)
+    assert built.filter_spec is None and "tagjit_len_" in str(built.grammar)
+
+
+def test_each_escape_counts_as_one_character_at_both_bounds(plain):
+    schema = note(LONG - 2, LONG)
+    for ch in ["\n", '"', "\\", "é", "\u2028"]:
+        assert accepts(plain, schema, json.dumps({"note": ch * LONG})), repr(ch)
+        assert accepts(plain, schema, json.dumps({"note": ch * (LONG - 2)})), repr(ch)
+        assert not accepts(plain, schema, json.dumps({"note": ch * (LONG + 1)})), repr(ch)
+        assert not accepts(plain, schema, json.dumps({"note": ch * (LONG - 3)})), repr(ch)
+
+
+def test_a_surrogate_pair_is_one_character(plain):
+    schema = note(0, LONG)
+    pair = "\\ud83d\\ude00"
+    assert json.loads(f'"{pair}"') == "😀"
+    assert accepts(plain, schema, '{"note": "' + "a" * (LONG - 1) + pair + '"}')
+    assert not accepts(plain, schema, '{"note": "' + "a" * LONG + pair + '"}')
+    assert accepts(plain, schema, '{"note": "' + "a" * (LONG - 1) + "😀" + '"}')
+
+
+def test_a_lone_surrogate_escape_counts_as_one_character_as_python_decodes_it(plain):
+    schema = note(0, LONG)
+    assert accepts(plain, schema, '{"note": "' + "a" * (LONG - 1) + '\\ud83d"}')
+    assert not accepts(plain, schema, '{"note": "' + "a" * (LONG - 1) + '\\ud83d\\u0041"}')
+    assert accepts(plain, schema, '{"note": "' + "a" * (LONG - 2) + '\\ud83d\\u0041"}')
+
+
+def test_a_minimum_length_alone_counts_escapes(plain):
+    schema = note(LONG, None)
+    assert accepts(plain, schema, json.dumps({"note": "\n" * LONG}))
+    assert not accepts(plain, schema, json.dumps({"note": "\n" * (LONG - 1)}))
+    assert accepts(plain, schema, json.dumps({"note": "x" * (5 * LONG)}))
+
+
+def test_the_other_members_and_values_after_the_string_are_still_the_grammars(plain):
+    schema = note(0, LONG)
+    assert accepts(plain, schema, json.dumps({"note": "\n" * LONG, "n": 3}))
+    assert not accepts(plain, schema, json.dumps({"note": "x", "n": "3"}))
+    assert not accepts(plain, schema, json.dumps({"n": 3}))
+
+
+def test_each_item_of_an_array_is_counted_apart(plain):
+    schema = {"type": "array", "items": {"type": "string", "maxLength": LONG}}
+    assert accepts(plain, schema, json.dumps(["\t" * LONG, "\t" * LONG, ""]))
+    assert not accepts(plain, schema, json.dumps(["\t" * LONG, "\t" * (LONG + 1)]))
+
+
+def test_a_counted_string_beside_null_takes_null_too(plain):
+    schema = {"type": ["string", "null"], "maxLength": LONG}
+    assert accepts(plain, schema, "null") and accepts(plain, schema, json.dumps("\n" * LONG))
+    assert not accepts(plain, schema, json.dumps("\n" * (LONG + 1)))
+
+
+def test_a_counted_string_in_an_any_order_object(plain):
+    schema = {**note(0, LONG), "x-any-order": True}
+    assert accepts(plain, schema, json.dumps({"n": 1, "note": "\n" * LONG}))
+    assert not accepts(plain, schema, json.dumps({"n": 1, "note": "\n" * (LONG + 1)}))
+
+
+CHARS = st.sampled_from(["a", "é", '"', "\\", "\n", "\t", "/", "😀", "\u2028", " ", "中"])
+
+
+@UNTIMED
+@given(data=st.data(), tail=st.lists(CHARS, max_size=14).map("".join), lo=st.integers(0, 6), span=st.integers(0, 6))
+def test_generated_strings_are_judged_as_json_schema_judges_them(plain, data, tail, lo, span):
+    schema = {"type": "string", "minLength": LONG - 3 + lo, "maxLength": LONG - 3 + lo + span}
+    value = "x" * (LONG - 6) + tail
+    assert accepts(plain, schema, _spell(value, data)) is valid(schema, value), (len(value), schema)
+
+
+def test_format_email_with_a_length_of_1024_is_enforced_exactly(plain):
+    schema = {"type": "string", "format": "email", "maxLength": 1024}
+    assert json_schema_grammar(schema, UNHURRIED).filter_spec is not None
+    longest = "a" * 1016 + "@b.co.uk"
+    assert len(longest) == 1024
+    assert accepts(plain, schema, json.dumps(longest)) and accepts(plain, schema, json.dumps("a@b.co"))
+    assert not accepts(plain, schema, json.dumps("a" + longest))
+    assert not accepts(plain, schema, json.dumps("not an email"))
+
+
+def test_a_pattern_with_a_large_automaton_keeps_its_pattern_and_its_lengths(plain):
+    schema = {"type": "string", "pattern": "^[a-z]+$", "minLength": 2, "maxLength": 5000}
+    assert accepts(plain, schema, json.dumps("ab")) and accepts(plain, schema, json.dumps("z" * 5000))
+    assert not accepts(plain, schema, json.dumps("z" * 5001)) and not accepts(plain, schema, json.dumps("a"))
+    assert not accepts(plain, schema, json.dumps("aB"))
+
+
+def test_a_pattern_the_automaton_cannot_read_stays_refused_by_name(plain):
+    # xgrammar's regex rule ignores a lookahead: only lengths the automaton fails on for size are counted apart
+    with pytest.raises(UnsupportedFeatureError, match="lookahead"):
+        plain.validate(Constraint.of(Kind.JSON, {"type": "string", "pattern": "^(?!a).*$", "maxLength": 9000}))
+
+
+# Two objects of a oneOf in declared order, told apart by their "kind": the filter cannot follow both at once.
+UNION = {"type": "object", "properties": {
+    "top": {"type": "string", "maxLength": LONG},
+    "item": {"oneOf": [
+        {"type": "object", "properties": {"kind": {"const": "a"}, "text": {"type": "string", "maxLength": LONG}},
+         "required": ["kind", "text"], "additionalProperties": False},
+        {"type": "object", "properties": {"kind": {"const": "b"}, "size": {"type": "integer"}},
+         "required": ["kind", "size"], "additionalProperties": False}]}},
+    "required": ["top", "item"], "additionalProperties": False}
+
+
+def test_strings_below_a_union_the_filter_cannot_follow_keep_the_grammars_lengths(plain):
+    item = {"kind": "a", "text": "t" * LONG}
+    assert accepts(plain, UNION, json.dumps({"top": "\n" * LONG, "item": item}))  # counted by the filter
+    assert not accepts(plain, UNION, json.dumps({"top": "\n" * (LONG + 1), "item": item}))
+    assert not accepts(plain, UNION, json.dumps({"top": "x", "item": {**item, "text": "t" * (LONG + 1)}}))
+    assert accepts(plain, UNION, json.dumps({"top": "x", "item": {"kind": "b", "size": 2}}))
+
+
+def test_an_email_with_a_long_bound_below_such_a_union_stays_refused_by_name(plain):
+    branch = UNION["properties"]["item"]["oneOf"][0]
+    text = {"type": "string", "format": "email", "maxLength": 1024}
+    schema = json.loads(json.dumps(UNION))
+    schema["properties"]["item"]["oneOf"][0] = {**branch, "properties": {**branch["properties"], "text": text}}
+    with pytest.raises(UnsupportedFeatureError, match="format: email"):
+        plain.validate(Constraint.of(Kind.JSON, schema))
+
+
+@pytest.mark.parametrize("name", ["Github_medium---o6230.json", "Github_easy---o9835.json", "Github_medium---o9878.json",
+                                  "Github_medium---o9770.json"])
+def test_real_schemas_with_long_strings_and_a_long_email_judge_their_instances(plain, name):
+    case = maskbench(name)
+    assert case["tests"]
+    for t in case["tests"]:
+        assert accepts(plain, case["schema"], json.dumps(t["data"])) is t["valid"], t["description"]
+
+
+NOTES = {"type": "function", "function": {"name": "save_notes", "parameters": {
+    "type": "object", "properties": {"notes": {"type": "array", "items": {"type": "string", "maxLength": LONG}}},
+    "required": ["notes"]}}}
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "qwen3_coder"])
+def test_tool_call_arguments_keep_the_grammars_lengths_where_no_filter_follows_them(plain, fmt):
+    # Tool calls compile inside a structural tag, per tool: their lengths are the grammar's (the count rules up to
+    # MAX_COUNTED, xgrammar's repetition above), never a filter's that the tag would drop.
+    with report.collecting() as relaxed:
+        tag = build_tool_tag(fmt, [NOTES], "required", True, UNHURRIED)
+    assert relaxed == []
+    plain.validate(Constraint.of(Kind.STRUCTURAL_TAG, tag))
+
+
+def test_an_agents_answer_keeps_the_grammars_lengths_and_its_refusals(plain):
+    email = {"type": "string", "format": "email", "maxLength": 1024}
+    with pytest.raises(UnsupportedFeatureError, match="format: email"):
+        answer_content(email, UNHURRIED)
+
+
+def _allowed(grammar, bitmask, vocab_size: int) -> np.ndarray:
+    grammar.fill_bitmask(bitmask, 0)
+    return np.flatnonzero(np.unpackbits(bitmask[0].numpy().view(np.uint8), bitorder="little")[:vocab_size])
+
+
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+@pytest.mark.parametrize("lo,hi", [(3, 9), (0, 4), (5, None)])
+def test_masks_equal_the_grammars_count_rules_along_random_walks(qwen2_info, monkeypatch, lo, hi):
+    # The same bounds twice: as the grammar's count rules (exact), and counted by the filter (MAX_COUNTED lowered
+    # for this compile only). The count rules refuse a lone surrogate, which the filter's plain string takes: a
+    # token that writes a surrogate escape is left out of the comparison and of the walk.
+    schema = note(lo, hi)
+    exact = CompileService(qwen2_info, UNHURRIED).grammar(Constraint.of(Kind.JSON, schema))
+    monkeypatch.setattr(bounded_strings, "MAX_COUNTED", 1)
+    counted_svc = CompileService(qwen2_info, UNHURRIED)
+    assert json_schema_grammar(schema, UNHURRIED).filter_spec is not None
+    ours = counted_svc.grammar(Constraint.of(Kind.JSON, schema))
+    monkeypatch.undo()
+    vocab = [bytes(t) for t in qwen2_info.decoded_vocab]
+    bitmask = allocate_token_bitmask(1, qwen2_info.vocab_size)
+    stops = set(qwen2_info.stop_token_ids)
+    rng = random.Random(lo * 31 + (hi or 0))
+    steps = escapes = 0
+    for _ in range(20):
+        ours.reset()
+        exact.reset()
+        text = b""
+        for _ in range(40):
+            def surrogate(t: int) -> bool:
+                return _SURROGATE.search((text + vocab[t])[-(len(vocab[t]) + 6):]) is not None
+            a, b = _allowed(ours, bitmask, qwen2_info.vocab_size), _allowed(exact, bitmask, qwen2_info.vocab_size)
+            differ = {t for t in set(a.tolist()) ^ set(b.tolist()) if not surrogate(t)}
+            assert not differ, (text, [vocab[t] for t in sorted(differ)[:8]])
+            steps += 1
+            choices = [t for t in a.tolist() if t not in stops and not surrogate(t)]
+            if not choices:
+                break
+            escaping = [t for t in choices if b"\\" in vocab[t]]
+            structural = [t for t in choices if any(c in vocab[t] for c in b'",}:{')]
+            r = rng.random()
+            t = rng.choice(escaping if escaping and r < 0.3 else structural if structural and r < 0.7 else choices)
+            escapes += b"\\" in vocab[t]
+            assert ours.accept_token(t) and exact.accept_token(t)
+            text += vocab[t]
+            if rng.random() < 0.1 and len(text) > 2:  # a rollback restores the count too
+                ours.rollback(1)
+                exact.rollback(1)
+                text = text[:-len(vocab[t])]
+    assert steps > 200 and escapes > 10
