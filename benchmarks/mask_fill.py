@@ -2,8 +2,8 @@
 batch matcher vs llguidance, at batch 1, 16 and 256.
 
 Every request walks a real text its grammar must accept: a MaskBench valid instance of a JSONSchemaBench schema
-(``json``) or a hermes tool call with a BFCL function's ground-truth arguments, among four BFCL tools
-(``tools``), written the way models write JSON (``json.dumps``: ``", "`` and ``": "``; compact for bound 0)
+(``json``; ``long``: schemas that bound a string above 256 characters, which tagjit's token filter counts) or a
+hermes tool call with a BFCL function's ground-truth arguments, among four BFCL tools (``tools``), written the way models write JSON (``json.dumps``: ``", "`` and ``": "``; compact for bound 0)
 and tokenized by a real tokenizer. A batch advances B requests in lock step; each step fills all their masks the
 way the engine would (tagjit: ``tagjit.engine.fill_bitmasks``, one call per step; xgrammar matcher: one call
 per request; xgrammar batch: ``BatchGrammarMatcher``; llguidance: vLLM's per-request
@@ -37,6 +37,7 @@ import xgrammar as xgr
 
 from tagjit.engine import (CompileService, Constraint, ConstraintError, Kind, allocate_token_bitmask,
                            build_tool_tag_json, fill_bitmasks, get_settings, load_format, load_tokenizer_info)
+from tagjit.build.bounded_strings import MAX_COUNTED
 from tagjit.runtime import matcher as matcher_module
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -68,7 +69,7 @@ class Case:
 
     def text(self, separators: tuple[str, str]) -> str:
         body = json.dumps(self.data, separators=separators, ensure_ascii=False)
-        if self.workload == "json":
+        if self.workload != "tools":
             return body
         return f'<tool_call>\n{{"name": "{self.name}", "arguments": {body}}}\n</tool_call>'
 
@@ -105,6 +106,27 @@ def json_cases(n: int) -> list[Case]:
         found = _valid_object(path)
         if found and isinstance(found[0], dict):
             out.append(Case(os.path.basename(path)[:-5], "json", found[0], found[1]))
+        if len(out) == n:
+            break
+    return out
+
+
+def _long_bound(node: Any) -> bool:
+    """Whether a schema bounds some string above the grammar's count rules (tagjit's token filter counts it)."""
+    if isinstance(node, dict):
+        if any(isinstance(node.get(k), int) and node[k] > MAX_COUNTED for k in ("minLength", "maxLength")):
+            return True
+        return any(_long_bound(v) for v in node.values())
+    return isinstance(node, list) and any(_long_bound(v) for v in node)
+
+
+def long_cases(n: int) -> list[Case]:
+    """``n`` JSONSchemaBench schemas that bound a string above ``MAX_COUNTED`` characters, with a valid instance."""
+    out: list[Case] = []
+    for path in sorted(glob.glob(os.path.join(MASKBENCH, "*.json"))):
+        found = _valid_object(path)
+        if found and isinstance(found[0], dict) and _long_bound(found[0]):
+            out.append(Case(os.path.basename(path)[:-5], "long", found[0], found[1]))
         if len(out) == n:
             break
     return out
@@ -158,7 +180,7 @@ class Tagjit(Impl):
         self.separators = COMPACT if ws == 0 else SPACED
 
     def matcher(self, case: Case) -> Any:
-        if case.workload == "json":
+        if case.workload != "tools":
             c = Constraint.of(Kind.JSON, json.dumps(case.schema))
         else:
             tag = build_tool_tag_json(load_format("hermes"), case.tools, "required", False, self.settings)
@@ -189,7 +211,7 @@ class Xgrammar(Impl):
         self.tag_settings = get_settings().replace(max_whitespace=None)
 
     def matcher(self, case: Case) -> Any:
-        if case.workload == "json":
+        if case.workload != "tools":
             compiled = self.compiler.compile_json_schema(json.dumps(case.schema), any_whitespace=True)
         else:
             tag = build_tool_tag_json(load_format("hermes"), case.tools, "required", False, self.tag_settings)
@@ -224,7 +246,7 @@ class Llguidance(Impl):
         self.tokenizer = llguidance.hf.from_tokenizer(tokenizer, vocab_size)
 
     def matcher(self, case: Case) -> Any:
-        if case.workload != "json":
+        if case.workload == "tools":
             return None
         grammar = self.ll.LLMatcher.grammar_from_json_schema(json.dumps(case.schema),
                                                               defaults={"whitespace_flexible": True})
@@ -347,6 +369,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokenizer", default=os.path.join(DATA, "tokenizers", "qwen2"))
     p.add_argument("--schemas", type=int, default=48, help="JSONSchemaBench requests")
     p.add_argument("--tools", type=int, default=24, help="BFCL tool-call requests")
+    p.add_argument("--long", type=int, default=16,
+                   help="JSONSchemaBench requests with a string bounded above 256 characters (tagjit counts it in its "
+                        "token filter)")
     p.add_argument("--batches", default="1,16,256")
     p.add_argument("--steps", type=int, default=150, help="lock steps per batch above 1")
     p.add_argument("--impls", default="all", help="semicolon-separated labels (default: all; labels hold commas)")
@@ -355,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plot", metavar="PATH", help="also draw median per-request time by batch (PNG)")
     a = p.parse_args(argv)
     if a.quick:
-        a.schemas, a.tools, a.steps = 16, 8, 60
+        a.schemas, a.tools, a.long, a.steps = 16, 8, 8, 60
     batches = [int(b) for b in a.batches.split(",")]
 
     from transformers import AutoTokenizer
@@ -375,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         wanted = {w.strip() for w in a.impls.split(";")}
         impls = [i for i in impls if i.name in wanted]
 
-    workloads = {"json": json_cases(a.schemas), "tools": tool_cases(a.tools)}
+    workloads = {"json": json_cases(a.schemas), "tools": tool_cases(a.tools), "long": long_cases(a.long)}
     bitmask = allocate_token_bitmask(max(batches), info.vocab_size)
     rows: list[Row] = []
     print(f"tokenizer {os.path.basename(a.tokenizer.rstrip('/'))} ({info.vocab_size} tokens), "

@@ -9,7 +9,10 @@ import jsonschema
 import openai
 import pytest
 
+from transformers import AutoTokenizer
+
 from sample_tools import CLOCK, EOS, TOOLS, WEATHER
+from server import MODEL_DIR, build
 
 MESSAGES = [{"role": "user", "content": "Answer in the requested format."}]
 PERSON = {
@@ -31,15 +34,21 @@ def test_json_schema_output_validates(client, bias):
     jsonschema.validate(json.loads(r.choices[0].message.content), PERSON)
 
 
-def test_a_long_bounded_string_is_counted_by_the_filter_to_both_bounds(client, bias):
-    # Bounds above the grammar's count rules (256): the token filter counts the characters in the engine's masks,
-    # the closing-character bias pushes for the shortest string and the limit stops the longest.
+def test_a_long_bounded_string_takes_escapes_and_is_counted_to_both_bounds(client, bias):
+    # Bounds above the grammar's count rules (256): the token filter counts the characters in the engine's masks.
+    # The closing-character bias pushes for the shortest string, maxLength stops the longest, and a backslash bias
+    # asks for escapes, which the bounded string took none of before.
     schema = {"type": "object", "properties": {"note": {"type": "string", "minLength": 260, "maxLength": 270}},
               "required": ["note"], "additionalProperties": False}
-    r = chat(client, bias, max_tokens=600,
-             response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": schema}})
-    assert r.choices[0].finish_reason == "stop", r.choices[0].message.content
-    jsonschema.validate(json.loads(r.choices[0].message.content), schema)
+    backslash = {str(i): 8.0 for t, i in AutoTokenizer.from_pretrained(build(MODEL_DIR)).get_vocab().items()
+                 if t.replace("\u2581", "") == "\\"}
+    r = client.chat.completions.create(
+        model="tiny", messages=MESSAGES, max_tokens=600, logit_bias={**bias, **backslash}, temperature=1.0, seed=7,
+        response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": schema}})
+    text = r.choices[0].message.content
+    assert r.choices[0].finish_reason == "stop", text
+    jsonschema.validate(json.loads(text), schema)
+    assert "\\" in text
 
 
 def test_json_object_output_is_an_object(client, bias):

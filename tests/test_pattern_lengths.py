@@ -1,6 +1,5 @@
-"""``pattern`` together with ``minLength``/``maxLength``, enforced exactly by tagjit's own automaton (build.patterns),
-or where that is too large by the pattern's rule alone with the lengths counted by the token filter: hand-picked
-strings, generated strings against the ``jsonschema`` package, and real MaskBench schemas."""
+"""``pattern`` together with ``minLength``/``maxLength``, enforced exactly by tagjit's own automaton (build.patterns):
+hand-picked strings, generated strings against the ``jsonschema`` package, and real MaskBench schemas."""
 
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ from hypothesis import strategies as st
 
 from shared_data import SCHEMAS, maskbench
 from tagjit import CompileService, UnsupportedFeatureError
-from tagjit.build.grammars import json_schema_grammar
 from tagjit.constraint import Constraint, Kind
 from tagjit.errors import EmptySchemaError
 
@@ -139,23 +137,16 @@ def test_a_pattern_the_automaton_cannot_read_is_refused_naming_it(service, patte
     assert feat.startswith(feature) and feat.endswith("together with minLength/maxLength")
 
 
-def test_lengths_whose_automaton_is_too_large_are_counted_by_the_token_filter(service):
-    # 2^12 states before the lengths: xgrammar's regex rule writes the pattern, tagjit's token filter counts.
+def test_a_too_large_automaton_is_refused_naming_its_size(service):
     schema = {"type": "string", "pattern": "^[ab]*a[ab]{11}$", "maxLength": 40}
-    assert "tagjit_pattern_" not in str(json_schema_grammar(schema, service.settings).grammar)
-    assert json_schema_grammar(schema, service.settings).filter_spec is not None
-    fits, too_long = "b" * 28 + "a" + "b" * 11, "b" * 29 + "a" + "b" * 11
-    assert judged(service, schema, [json.dumps(fits), json.dumps(too_long), json.dumps("b" * 40)]) == [json.dumps(fits)]
+    assert "more than 4096 states" in refused(service, schema)
 
 
-def test_format_beside_a_length_is_its_automaton_and_where_too_large_the_filter_counts(service):
+def test_format_beside_a_length_is_refused_only_where_its_automaton_is_too_large(service):
     # format with lengths goes through the same automaton (tests/test_format_lengths.py)
-    small = {"type": "string", "format": "email", "maxLength": 9}
-    assert json_schema_grammar(small, service.settings).filter_spec is None
-    large = {"type": "string", "format": "uri", "maxLength": 2000}
-    assert json_schema_grammar(large, service.settings).filter_spec is not None
-    uri = "https://example.com/" + "a" * 1980
-    assert judged(service, large, [json.dumps(uri), json.dumps(uri + "b"), '"not a uri"']) == [json.dumps(uri)]
+    service.validate(Constraint.of(Kind.JSON, {"type": "string", "format": "email", "maxLength": 9}))
+    assert refused(service, {"type": "string", "format": "uri", "maxLength": 2000}).startswith(
+        "minLength/maxLength together with format: uri (an automaton of more than 4096 states")
 
 
 PATTERNS = [

@@ -19,8 +19,10 @@ than one character to the parser: 0.2-0.3 s a mask.
 
 Each count costs one precomputed mask, ~80 ms on one thread at 151k tokens (xgrammar's bounded class repetition
 costs the same up to 128; above, xgrammar counts at runtime and precomputes ~256 states whatever the bound). So
-tagjit writes count rules up to ``MAX_COUNTED`` characters, where its compile stays within ~2x of xgrammar's, and
-above keeps xgrammar's class repetition, which takes no escape (``printed.fix_string_lengths``).
+tagjit writes count rules up to ``MAX_COUNTED`` characters, where its compile stays within ~2x of xgrammar's. Above,
+the grammar's string has no lengths and the token filter counts them (``FILTER_COUNTED``, ``anyorder.filter``), where a
+filter follows the grammar; inside a structural tag (tool-call arguments), xgrammar's class repetition stays, which
+takes no escape (``printed.fix_string_lengths``).
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ MAX_COUNTED = 256
 
 FILTER_COUNTED = "x-tagjit-length"
 """A normalised string node's keyword (tagjit's own): ``[minLength, maxLength or null]`` that the token filter counts
-(``anyorder.filter``) where the grammar cannot: above ``MAX_COUNTED`` characters, or beside a ``pattern``/``format``
-whose automaton with the lengths is too large. The node holds no minLength/maxLength then."""
+(``anyorder.filter``) where the grammar cannot: above ``MAX_COUNTED`` characters, or a maxLength beside a ``pattern``
+whose automaton with it is too large (``patterns.lengths_apart``). The node holds no minLength/maxLength then."""
 
 # Any character JSON writes raw: not a quote, a backslash or a control character (xgrammar's printed spelling).
 _RAW = r'[^\"\\\0-\x1f]'

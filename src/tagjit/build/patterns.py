@@ -712,18 +712,70 @@ def node_automaton(node: dict) -> Lengths:
     return lengths_automaton(pattern, *bounds(node), also=fmt)
 
 
-def lengths_too_large(node: dict) -> bool:
-    """Whether a normalised string node's minLength/maxLength cannot be written beside its ``pattern``/``format`` only
-    because the automaton would be too large, or because tagjit has no automaton of its format (enforced alone)."""
-    fmt = node.get("format")
-    if isinstance(fmt, str) and format_pattern(fmt) is None:
-        return "pattern" not in node
+def lengths_apart(node: dict) -> str | None:
+    """Whether a normalised string node's minLength/maxLength are better counted apart from its ``pattern``/
+    ``format`` (by a token filter) than written into one automaton with them, and how the string is written then:
+    None (one automaton), ``"own"`` (tagjit's automaton of the pattern/format alone, which takes every JSON spelling)
+    or ``"rule"`` (xgrammar's regex rule, as for a pattern alone). Apart where the automaton with the lengths is too
+    large to build or for xgrammar to precompute its masks (over ``PRECOMPUTED_STATES``: 10-60 ms a token at a 151k
+    vocabulary), and only where counting apart cannot strand a string: no minLength, and no prefix within maxLength
+    from which the pattern needs more characters than are left (``_strands``). A filter that counts characters
+    without the pattern's state would otherwise let the text into a corner no token leaves (``format: email`` with
+    ``maxLength``: 1020 characters of local part)."""
+    pattern = node["pattern"] if isinstance(node.get("pattern"), str) else None
+    fmt = format_pattern(node["format"]) if isinstance(node.get("format"), str) else None
+    lo, hi = bounds(node)
+    if lo > 0 or isinstance(node.get("format"), str) and fmt is None:
+        return None
+    first, also = (pattern, fmt) if pattern is not None else (fmt, None)
     try:
-        lengths_automaton(node["pattern"] if isinstance(node.get("pattern"), str) else format_pattern(fmt),
-                          *bounds(node), also=format_pattern(fmt) if isinstance(node.get("pattern"), str) else None)
+        if len(lengths_automaton(first, lo, hi, also=also).edges) <= PRECOMPUTED_STATES:
+            return None
     except PatternProblem as e:
-        return e.size
-    return False
+        if not e.size:
+            return None
+    try:
+        alone = lengths_automaton(first, 0, None, also=also)
+    except PatternProblem:
+        return None
+    if alone.empty() or _strands(alone, hi):
+        return None
+    if len(alone.edges) <= PRECOMPUTED_STATES or pattern is not None and _names_backslash(pattern):
+        return "own"
+    return "rule"
+
+
+def _strands(a: Lengths, hi: int | None) -> bool:
+    """Whether some prefix of at most ``hi`` characters that the minimal automaton ``a`` (start 0, every state alive)
+    reads needs more characters than are left to reach an accepting state."""
+    if hi is None:
+        return False
+    n = len(a.edges)
+    back: list[list[int]] = [[] for _ in range(n)]
+    indegree = [0] * n
+    for s, out in enumerate(a.edges):
+        for t in out.values():
+            back[t].append(s)
+            indegree[t] += 1
+    need = [0 if a.final[s] else -1 for s in range(n)]  # fewest characters to an accepting state
+    todo = [s for s in range(n) if a.final[s]]
+    for s in todo:
+        for r in back[s]:
+            if need[r] < 0:
+                need[r] = need[s] + 1
+                todo.append(r)
+    # Most characters read to reach each state; None where a cycle comes first (any number).
+    depth: list[int | None] = [None] * n
+    depth[0] = 0 if indegree[0] == 0 else None
+    ready = [0] if indegree[0] == 0 else []
+    for s in ready:
+        for t in a.edges[s].values():
+            depth[t] = max(depth[t] or 0, depth[s] + 1)
+            indegree[t] -= 1
+            if indegree[t] == 0:
+                ready.append(t)
+    left = set(range(n)) - set(ready)
+    return any(need[s] > 0 and (s in left or depth[s] is None or depth[s] + need[s] > hi) for s in range(n))
 
 
 def format_lengths_problem(node: dict) -> str | None:

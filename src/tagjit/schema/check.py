@@ -16,8 +16,7 @@ from tagjit.schema.metaschema import quick_valid
 from tagjit.settings import get_settings
 from tagjit.build.bounded_strings import FILTER_COUNTED, counted
 from tagjit.build.numbers import multiple_of_problem
-from tagjit.build.patterns import (EXCEPT, format_lengths_problem, format_pattern, lengths_too_large,
-                                   pattern_lengths_problem, spelled_by_tagjit)
+from tagjit.build.patterns import EXCEPT, format_lengths_problem, format_pattern, lengths_apart, pattern_lengths_problem
 from tagjit.build.strings import exclusion_problem
 from tagjit.schema.formats import SUPPORTED_FORMATS
 from tagjit.schema.normalize import normalize_schema
@@ -101,35 +100,41 @@ def prepared(text: str, strict: bool = True) -> Any:
 def _filter_counted(schema: dict, uncounted: frozenset[str]) -> dict:
     """The schema with each string's lengths that the grammar cannot count exactly under ``FILTER_COUNTED`` (but
     at the ``uncounted`` paths)."""
-    if not any(_filter_counts(node) for node, _ in subschemas(schema)):
+    if not any("minLength" in node or "maxLength" in node for node, _ in subschemas(schema)):
         return schema
     schema = copy.deepcopy(schema)  # normalize may hand back the caller's own nodes
-    found = {id(node): node for node, path in subschemas(schema)  # a shared node once
-             if _filter_counts(node) and (not uncounted or path_text(path) not in uncounted)}
-    for node in found.values():
+    found: dict[int, tuple[dict, str]] = {}  # a shared node once
+    for node, path in subschemas(schema):
+        if id(node) not in found and (not uncounted or path_text(path) not in uncounted):
+            how = _filter_counts(node)
+            if how is not None:
+                found[id(node)] = (node, how)
+    for node, how in found.values():
         lo, hi = node.pop("minLength", 0), node.pop("maxLength", None)
         node[FILTER_COUNTED] = [int(lo), None if hi is None else int(hi)]
-        if isinstance(node.get("pattern"), str) and spelled_by_tagjit(node["pattern"]):
-            node[EXCEPT] = []  # alone, the pattern is tagjit's automaton (as normalize marks it)
+        if how == "own":
+            node[EXCEPT] = []  # the pattern/format alone as tagjit's automaton (patterns.lengths_apart)
     return schema
 
 
-def _filter_counts(node: dict) -> bool:
-    """Whether a string node's lengths are the token filter's to count: a pattern or format whose automaton with
-    them is too large (the node is exact without them), or lengths alone above ``MAX_COUNTED``."""
+def _filter_counts(node: dict) -> str | None:
+    """Whether a string node's lengths are the token filter's to count, and how its string is written then
+    (``patterns.lengths_apart``; ``"plain"`` without a pattern or format): alone above ``MAX_COUNTED``, or beside a
+    pattern or format whose automaton with them is too large to build or to precompute (the node exact without
+    them)."""
     if "minLength" not in node and "maxLength" not in node:
-        return False
+        return None
     types = _types(node)
     if types and "string" not in types or not _BESIDE_COUNT.isdisjoint(node):
-        return False
+        return None
     lo, hi = node.get("minLength", 0), node.get("maxLength")
     if not _whole(lo) or hi is not None and (not _whole(hi) or hi < lo):
-        return False  # normalize's to judge
+        return None  # normalize's to judge
     if "pattern" not in node and "format" not in node:
-        return counted(node) is None
+        return "plain" if counted(node) is None else None
     if _node_problem({k: v for k, v in node.items() if k not in ("minLength", "maxLength")}) is not None:
-        return False  # refused without its lengths too: that is the feature to name
-    return _node_problem(node) is not None and lengths_too_large(node)
+        return None  # refused without its lengths too: that is the feature to name
+    return lengths_apart(node)
 
 
 def _whole(v: object) -> bool:
