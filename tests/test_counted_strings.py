@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from pools import UNHURRIED
 from shared_data import maskbench
 from tagjit import CompileService, Constraint, UnsupportedFeatureError, report
-from tagjit.build import bounded_strings
+from tagjit.build import bounded_strings, patterns
 from tagjit.build.bounded_strings import MAX_COUNTED
 from tagjit.build.grammars import json_schema_grammar
 from tagjit.constraint import Kind
@@ -152,20 +152,37 @@ def test_a_pattern_with_a_fixed_prefix_is_counted_apart(plain):
     assert not accepts(plain, schema, json.dumps("data:image/gif;base64,AAAA"))
 
 
-@pytest.mark.parametrize("node", [
-    {"type": "string", "format": "email", "maxLength": 1024},  # 1020 characters of local part need "@b.c" more
-    {"type": "string", "pattern": "^(ab)+$", "maxLength": 5001},  # "abab...a" at 5001 needs a "b"
-    {"type": "string", "pattern": "^[a-z]+$", "minLength": 2, "maxLength": 5000},  # a minimum: left to one automaton
-], ids=["email", "pairs", "minimum"])
-def test_lengths_a_filter_could_strand_the_pattern_at_are_never_counted_apart(plain, node):
-    # The filter counts characters, not the pattern's state: it counts apart only where every prefix the pattern
-    # reads can still be finished within maxLength, so a mask never leaves the text without a token.
-    try:
-        built = json_schema_grammar(node, UNHURRIED)
-    except UnsupportedFeatureError as e:
-        assert "4096 states" in e.feature
-    else:
-        assert built.filter_spec is None
+def test_format_email_with_a_length_of_1024_is_enforced_exactly(plain):
+    schema = {"type": "string", "format": "email", "maxLength": 1024}
+    assert json_schema_grammar(schema, UNHURRIED).filter_spec is not None
+    longest = "a" * 1016 + "@b.co.uk"
+    assert len(longest) == 1024
+    assert accepts(plain, schema, json.dumps(longest)) and accepts(plain, schema, json.dumps("a@b.co"))
+    assert not accepts(plain, schema, json.dumps("a" + longest))
+    assert not accepts(plain, schema, json.dumps("not an email"))
+
+
+@pytest.mark.parametrize("node,prefix,endings", [
+    ({"type": "string", "format": "email", "maxLength": 1024}, "a", ["@b", "@b.c", "@b.co"]),
+    ({"type": "string", "pattern": "^(ab)+$", "maxLength": 5001}, "ab", ["", "ab"]),
+], ids=["email", "pairs"])
+def test_the_count_never_lets_a_pattern_pass_the_point_where_it_can_still_end(plain, node, prefix, endings):
+    # The filter runs the pattern's automaton beside the count: a prefix stands only while the pattern can still end
+    # within maxLength, so a mask never leaves the text without a token (1020 characters of local part and no "@").
+    hi = node["maxLength"]
+    g = plain.grammar(Constraint.of(Kind.JSON, node))
+    for n in range(hi // len(prefix) - 4, hi // len(prefix) + 2):
+        start = g.copy() if hasattr(g, "copy") else plain.grammar(Constraint.of(Kind.JSON, node))
+        text = prefix * n + (prefix[0] if len(prefix) > 1 else "")
+        standing = start.accept_string('"' + text)
+        finishable = any(accepts(plain, node, '"' + text + e + '"') for e in [*endings, prefix[1:]])
+        assert standing is finishable, (len(text), standing, finishable)
+
+
+def test_a_minimum_length_beside_a_pattern_stays_in_one_automaton(plain):
+    node = {"type": "string", "pattern": "^[a-z]+$", "minLength": 2, "maxLength": 5000}
+    with pytest.raises(UnsupportedFeatureError, match="4096 states"):
+        json_schema_grammar(node, UNHURRIED)
 
 
 # Two objects of a oneOf in declared order, told apart by their "kind": the filter cannot follow both at once.
@@ -240,17 +257,33 @@ def test_masks_equal_the_grammars_count_rules_along_random_walks(qwen2_info, mon
     # The same bounds twice: as the grammar's count rules (exact), and counted by the filter (MAX_COUNTED lowered
     # for this compile only). The count rules refuse a lone surrogate, which the filter's plain string takes: a
     # token that writes a surrogate escape is left out of the comparison and of the walk.
-    schema = note(lo, hi)
-    exact = CompileService(qwen2_info, UNHURRIED).grammar(Constraint.of(Kind.JSON, schema))
-    monkeypatch.setattr(bounded_strings, "MAX_COUNTED", 1)
-    counted_svc = CompileService(qwen2_info, UNHURRIED)
+    _walk_against_one_grammar(qwen2_info, monkeypatch, note(lo, hi), bounded_strings, "MAX_COUNTED", 1)
+
+
+def emailish(local: str) -> dict:
+    return {"type": "object", "properties": {
+        "to": {"type": "string", "pattern": f"^[{local}]+@[a-z]+\\.[a-z]{{2,3}}$", "maxLength": 12},
+        "n": {"type": "integer"}}, "required": ["to"]}
+
+
+@pytest.mark.parametrize("local", ["a-z\\\\", "a-zé中😀"], ids=["backslash", "multibyte"])
+def test_masks_of_a_pattern_counted_apart_equal_its_automaton_with_the_lengths(qwen2_info, monkeypatch, local):
+    # The pattern with its maxLength as one automaton (exact), and the pattern alone beside the filter's count and
+    # Track (PRECOMPUTED_STATES lowered so that the automaton with the lengths counts as too large to precompute).
+    _walk_against_one_grammar(qwen2_info, monkeypatch, emailish(local), patterns, "PRECOMPUTED_STATES", 10)
+
+
+def _walk_against_one_grammar(info, monkeypatch, schema, module, name: str, value: int) -> None:
+    exact = CompileService(info, UNHURRIED).grammar(Constraint.of(Kind.JSON, schema))
+    assert json_schema_grammar(schema, UNHURRIED).filter_spec is None
+    monkeypatch.setattr(module, name, value)
     assert json_schema_grammar(schema, UNHURRIED).filter_spec is not None
-    ours = counted_svc.grammar(Constraint.of(Kind.JSON, schema))
+    ours = CompileService(info, UNHURRIED).grammar(Constraint.of(Kind.JSON, schema))
     monkeypatch.undo()
-    vocab = [bytes(t) for t in qwen2_info.decoded_vocab]
-    bitmask = allocate_token_bitmask(1, qwen2_info.vocab_size)
-    stops = set(qwen2_info.stop_token_ids)
-    rng = random.Random(lo * 31 + (hi or 0))
+    vocab = [bytes(t) for t in info.decoded_vocab]
+    bitmask = allocate_token_bitmask(1, info.vocab_size)
+    stops = set(info.stop_token_ids)
+    rng = random.Random(json.dumps(schema))
     steps = escapes = 0
     for _ in range(20):
         ours.reset()
@@ -259,7 +292,7 @@ def test_masks_equal_the_grammars_count_rules_along_random_walks(qwen2_info, mon
         for _ in range(40):
             def surrogate(t: int) -> bool:
                 return _SURROGATE.search((text + vocab[t])[-(len(vocab[t]) + 6):]) is not None
-            a, b = _allowed(ours, bitmask, qwen2_info.vocab_size), _allowed(exact, bitmask, qwen2_info.vocab_size)
+            a, b = _allowed(ours, bitmask, info.vocab_size), _allowed(exact, bitmask, info.vocab_size)
             differ = {t for t in set(a.tolist()) ^ set(b.tolist()) if not surrogate(t)}
             assert not differ, (text, [vocab[t] for t in sorted(differ)[:8]])
             steps += 1
@@ -267,7 +300,7 @@ def test_masks_equal_the_grammars_count_rules_along_random_walks(qwen2_info, mon
             if not choices:
                 break
             escaping = [t for t in choices if b"\\" in vocab[t]]
-            structural = [t for t in choices if any(c in vocab[t] for c in b'",}:{')]
+            structural = [t for t in choices if any(c in vocab[t] for c in b'",}:{@.')]
             r = rng.random()
             t = rng.choice(escaping if escaping and r < 0.3 else structural if structural and r < 0.7 else choices)
             escapes += b"\\" in vocab[t]

@@ -23,13 +23,17 @@ from tagjit.runtime.vocab import per_tokenizer
 _N, _S, _SE, _L, _K, _KE = range(6)
 # Frame kinds: root, tracked object, tracked array, untracked (opaque) object or array; a value that opens one of
 # several objects (a fork, resolved by step_state into one state per object); a scalar being checked; a string whose
-# characters are counted: (_Z, minLength, maxLength, count, flag, hex digits left, their value so far), where flag is,
-# between characters, whether the last one was a high surrogate written ``\uD8xx``, and inside a ``\u`` escape whether
-# that escape is not counted yet (it follows a high surrogate: a low one completes the pair, one character).
+# characters are counted: (_Z, minLength, maxLength, count, flag, hex digits left, their value so far, the pattern's
+# Track or None, its state, UTF-8 bytes of a character not whole yet). Without a Track, flag is, between characters,
+# whether the last one was a high surrogate written ``\uD8xx``, and inside a ``\u`` escape whether that escape is not
+# counted yet (it follows a high surrogate: a low one completes the pair, one character). With one, flag is the high
+# surrogate waiting for its low half (0: none), and a character is counted once whole, where the Track reads it.
 _R, _O, _A, _X, _F, _C, _Z = range(7)
 _NO_MAX = 1 << 62
 _CONTINUATION = bytes(range(0x80, 0xC0))  # UTF-8 bytes that continue a character
 _HEX_VALUE = {ord(c): int(c, 16) for c in "0123456789abcdefABCDEF"}
+_SHORT_CODES = {ord(e): ord(c) for c, e in {'"': '"', "\\": "\\", "/": "/", "\b": "b", "\f": "f", "\n": "n", "\r": "r",
+                                            "\t": "t"}.items()}
 # Phases of root/object/array frames.
 _VALUE, _AFTER, _KEY_OR_END, _KEY, _AFTER_KEY, _VALUE_OR_END = range(6)
 _WS = frozenset(b" \t\r\n")
@@ -75,8 +79,11 @@ def _step(mode: int, stack: list, data: bytes, i: int = 0) -> tuple[int, int]:
                 top = stack[-1]
                 if mode == _N:
                     stack.pop()
-                    if top[3] < top[1]:
+                    if top[3] < top[1] or top[7] is not None and (top[4] or top[9]):
                         return _REJECT, end
+                elif top[7] is not None:
+                    if top[9] or top[3] + top[7].after[top[8]] > top[2]:
+                        return _REJECT, end  # the escape's character must still let the pattern end in time
                 elif top[3] >= top[2] and not top[4]:
                     return _REJECT, end  # an escape is one more character (but the low half of a pair)
             i = end
@@ -219,8 +226,8 @@ def _start_value(stack: list, top: tuple, child: Val | None, b: int) -> int:
         stack.append((_C, child.check, b"" if b == 0x22 else bytes((b,))))
         return _S if b == 0x22 else _L
     if b == 0x22 and child is not None and child.length is not None:
-        lo, hi = child.length
-        stack.append((_Z, lo, _NO_MAX if hi is None else hi, 0, False, 0, 0))
+        lo, hi, track = child.length
+        stack.append((_Z, lo, _NO_MAX if hi is None else hi, 0, False, 0, 0, track, 0, b""))
         return _S
     if b == 0x7B:
         if child is not None and child.obj is not None:
@@ -246,7 +253,9 @@ def _count(stack: list, data: bytes, i: int, j: int) -> bool:
     the stack; False if it passes maxLength."""
     if i >= j:
         return True
-    _, lo, hi, count, flag, left, acc = stack[-1]
+    _, lo, hi, count, flag, left, acc, track, at, part = stack[-1]
+    if track is not None:
+        return _count_tracked(stack, data, i, j)
     while left and i < j:
         digit = _HEX_VALUE.get(data[i])
         if digit is None:
@@ -263,18 +272,117 @@ def _count(stack: list, data: bytes, i: int, j: int) -> bool:
     if i < j:
         count += len(data[i:j].translate(None, _CONTINUATION))  # one lead byte a character
         flag = False
-    stack[-1] = (_Z, lo, hi, count, flag, left, acc)
+    stack[-1] = (_Z, lo, hi, count, flag, left, acc, None, 0, b"")
     return count <= hi
 
 
 def _escape(stack: list, b: int) -> bool:
     """Count the escape whose character (after the backslash) is b; False if it passes maxLength."""
-    _, lo, hi, count, flag, _, _ = stack[-1]
+    _, lo, hi, count, flag, _, _, track, at, part = stack[-1]
+    if track is not None:
+        if b == 0x75:
+            stack[-1] = (_Z, lo, hi, count, flag, 4, 0, track, at, part)
+            return True
+        code = _SHORT_CODES.get(b)
+        return code is not None and not flag and _read(stack, [code])
     if b == 0x75:  # \u: counted now, unless it may be the low half of a pair (then where its digits end)
-        stack[-1] = (_Z, lo, hi, count + (not flag), flag, 4, 0)
+        stack[-1] = (_Z, lo, hi, count + (not flag), flag, 4, 0, None, 0, b"")
         return count + (not flag) <= hi
-    stack[-1] = (_Z, lo, hi, count + 1, False, 0, 0)
+    stack[-1] = (_Z, lo, hi, count + 1, False, 0, 0, None, 0, b"")
     return count + 1 <= hi
+
+
+def _count_tracked(stack: list, data: bytes, i: int, j: int) -> bool:
+    """``_count`` of a string whose pattern the Track runs: False where the text passes maxLength, or leaves the
+    pattern, or the pattern could no longer end within maxLength."""
+    _, lo, hi, count, flag, left, acc, track, at, part = stack[-1]
+    codes: list[int] = []
+    while left and i < j:
+        digit = _HEX_VALUE.get(data[i])
+        if digit is None:
+            return False
+        acc = acc * 16 + digit
+        left -= 1
+        i += 1
+        if not left:
+            if flag:  # a high surrogate's low half: one character
+                if not 0xDC00 <= acc <= 0xDFFF:
+                    return False  # a lone surrogate is no character a pattern reads
+                codes.append(0x10000 + ((flag - 0xD800) << 10) + (acc - 0xDC00))
+                flag = 0
+            elif 0xD800 <= acc <= 0xDFFF:
+                if acc >= 0xDC00:
+                    return False
+                flag = acc
+            else:
+                codes.append(acc)
+    if i < j:
+        if flag:
+            return False
+        text = part + data[i:j]
+        whole = _whole_utf8(text)
+        try:
+            codes.extend(map(ord, text[:whole].decode("utf-8")))
+        except UnicodeDecodeError:
+            return False
+        part = text[whole:]
+    stack[-1] = (_Z, lo, hi, count, flag, left, acc, track, at, part)
+    if not _read(stack, codes):
+        return False
+    top = stack[-1]
+    # A character begun (an escape's digits, a UTF-8 sequence) must still let the pattern end in time.
+    return not (top[4] or top[5] or top[9]) or top[3] + track.after_codes(top[8], _begun(top)) <= hi
+
+
+def _begun(top: tuple) -> list[tuple[int, int]]:
+    """The code points the character a counted string has begun (a ``\\u`` escape's digits so far, a high surrogate
+    waiting for its low half, the first bytes of a UTF-8 sequence) can still be."""
+    _, _, _, _, flag, left, acc, _, _, part = top
+    if left or flag:
+        if left:  # the digits read so far
+            a, b = acc << 4 * left, ((acc + 1) << 4 * left) - 1
+        else:  # a high half waits for any low half
+            a, b = 0xDC00, 0xDFFF
+        if flag:  # the low half of a pair
+            a, b = max(a, 0xDC00), min(b, 0xDFFF)
+            base = 0x10000 + ((flag - 0xD800) << 10) - 0xDC00
+            return [(base + a, base + b)] if a <= b else []
+        spans = [(a, min(b, 0xD7FF)), (max(a, 0xE000), b)]
+        high = (max(a, 0xD800), min(b, 0xDBFF))  # a high half: any character of its block of the planes above
+        spans.append((0x10000 + ((high[0] - 0xD800) << 10), 0x10000 + ((high[1] - 0xD800) << 10) + 0x3FF))
+        return [(x, y) for x, y in (spans if high[0] <= high[1] else spans[:2]) if x <= y]
+    size = 2 if part[0] >> 5 == 0b110 else 3 if part[0] >> 4 == 0b1110 else 4
+    value = part[0] & (0x7F >> size)
+    for c in part[1:]:
+        value = value << 6 | (c & 0x3F)
+    rest = 6 * (size - len(part))
+    lo = max(value << rest, (0x80, 0x800, 0x10000)[size - 2])
+    hi = min(value << rest | ((1 << rest) - 1), (0x7FF, 0xFFFF, 0x10FFFF)[size - 2])
+    return [(x, y) for x, y in ((lo, min(hi, 0xD7FF)), (max(lo, 0xE000), hi)) if x <= y]
+
+
+def _read(stack: list, codes: list[int]) -> bool:
+    """Run the counted string's Track over whole characters and count them."""
+    _, lo, hi, count, flag, left, acc, track, at, part = stack[-1]
+    for code in codes:
+        at = track.step(at, code)
+        if at < 0:
+            return False
+    count += len(codes)
+    stack[-1] = (_Z, lo, hi, count, flag, left, acc, track, at, part)
+    # count + need only grows along the text (a character counts one, brings the end at most one nearer)
+    return count + track.need[at] <= hi
+
+
+def _whole_utf8(text: bytes) -> int:
+    """The length of the longest prefix of text made of whole UTF-8 characters."""
+    n = len(text)
+    for back in range(1, min(4, n) + 1):
+        b = text[n - back]
+        if b & 0xC0 != 0x80:  # the last character's lead byte
+            size = 1 if b < 0x80 else 2 if b >> 5 == 0b110 else 3 if b >> 4 == 0b1110 else 4
+            return n if back >= size else n - back
+    return n
 
 
 def _grow(stack: list, data: bytes) -> None:
@@ -447,6 +555,7 @@ class AnyOrderFilter:
     def __init__(self, root: Val | None, vocab: VocabTables, tight: bool = False, memo: _Memo | None = None) -> None:
         self._vocab = vocab
         self._memo = memo if memo is not None else _Memo()
+        self._longest = vocab.longest
         self._initial = _initial(root, tight)
         self._history: list[State] = [self._initial]
 
@@ -491,7 +600,7 @@ class AnyOrderFilter:
         """Clear the bits of tokens that break an any-order rule in row index."""
         state = self._history[-1]
         memo = self._memo
-        counting = _fast_count(state)
+        counting = _fast_count(state, self._longest)
         if counting is not None:  # inside a counted string: its lengths, for every token at once
             row = _rows(bitmask)[index]
             for bad in _count_tables(self._vocab).bad(*counting):
@@ -544,9 +653,11 @@ class AnyOrderFilter:
             top = stack[-1]
             if top[0] == _R and top[2] == _AFTER and mode != _L:
                 return None  # a path that has written the whole value takes whatever the grammar allows
-            if top[0] == _Z and _fast_count(state) is None:
-                # Every token that ends the string, or is long enough to pass maxLength, is stepped.
-                packed = _count_tables(self._vocab).reach(top[2] - top[3])
+            if top[0] == _Z and _fast_count(state, self._longest) is None:
+                # Every token that ends the string, or is long enough to pass maxLength (or to leave the pattern no
+                # room to end), is stepped.
+                room = top[2] - top[3] - (top[7].most_need + 1 if top[7] is not None else 0)
+                packed = _count_tables(self._vocab).reach(max(room, 0))
                 rel, name = (packed, None) if rel is None else (rel | packed, None)
                 continue
             relevance = self._relevance(mode, top)
@@ -598,7 +709,7 @@ class AnyOrderFilter:
     def _compute(self, state: State, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """The words of the row to change and the bits each keeps, for these candidate tokens (None: all stand)."""
         memo = self._memo
-        lexeme, after = _lexeme(state)
+        lexeme, after = _lexeme(state, self._longest)
         # A lexeme's verdicts are those of its rests from the state after it, which a string, the value it is and the
         # number after it share: keyed by that state (and apart from verdicts by token id, a separate table).
         table, key = (memo.verdicts, state) if lexeme is None else (memo.rest_verdicts, after)
@@ -639,7 +750,7 @@ class AnyOrderFilter:
         return np.fromiter(bad, dtype=np.intp, count=len(bad)), (~keep).astype(np.int32)
 
 
-def _lexeme(state: State) -> tuple[str | None, State]:
+def _lexeme(state: State, longest: int) -> tuple[str | None, State]:
     """Which of ``VocabTables.rests`` decides the state's verdicts, with the state its rests start from: "S", "SE"
     or "L" where every path is inside a string or number that no check reads, "X1"/"X2" inside one or two brackets of
     a value nothing tracks, "V" where every path is at a value position that neither tracks nor checks what it holds;
@@ -649,7 +760,7 @@ def _lexeme(state: State) -> tuple[str | None, State]:
         after = []
         for m, stack in state:
             kind = stack[-1][0]
-            if m != mode or kind == _C or kind == _Z and _fast_count(state) is None:
+            if m != mode or kind == _C or kind == _Z and _fast_count(state, longest) is None:
                 return None, state
             after.append((_N, stack[:-1] if kind == _Z else stack))  # lengths masked apart (restrict)
         return ("S", "SE", "L")[(_S, _SE, _L).index(mode)], tuple(after)
@@ -697,15 +808,19 @@ def _opens_counted(top: tuple) -> bool:
     return child is not None and child.length is not None
 
 
-def _fast_count(state: State) -> tuple[str, int, int] | None:
+def _fast_count(state: State, longest: int) -> tuple[str, int, int] | None:
     """Where the state is one path inside a counted string between characters (no ``\\u`` escape half read, not
-    after a high surrogate): which ``_CountTables`` situation, the characters left to maxLength and those still needed
-    to reach minLength; else None."""
+    after a high surrogate), and with a pattern's Track too far from maxLength for any token (at most ``longest``
+    characters) to matter to it: which ``_CountTables`` situation, the characters left to maxLength and those still
+    needed to reach minLength; else None."""
     if len(state) != 1:
         return None
     mode, stack = state[0]
     top = stack[-1]
     if top[0] != _Z or top[4] or top[5] or (mode != _S and mode != _SE):
+        return None
+    track = top[7]
+    if track is not None and (top[9] or top[2] - top[3] <= longest + track.most_need + 1):
         return None
     return ("S" if mode == _S else "SE"), top[2] - top[3], top[1] - top[3]
 
@@ -734,7 +849,7 @@ class _CountTables:
                     self.delta[kind][tid] = chars
                     continue
                 m = STRING_END.match(tok, 0 if mode == _S else 1)
-                stack = [(_Z, 0, _NO_MAX, 0, False, 0, 0)]
+                stack = [(_Z, 0, _NO_MAX, 0, False, 0, 0, None, 0, b"")]
                 end = _step(mode, stack, tok[:m.end() - 1] if m else tok)[0]
                 if end != _REJECT:  # else the grammar's to refuse
                     # A token that ends on a backslash commits to one more character (but the low half of a pair).

@@ -55,7 +55,8 @@ def _children(node: dict) -> Iterator[Any]:
 class Val:
     """What a value position can open: a tracked object (or one of several, ``alts``) and/or a tracked array
     (None: not tracked); ``check``: the scalar values the position may hold, where the filter must check them;
-    ``length``: the (minLength, maxLength or None) of a string there that the filter counts."""
+    ``length``: the (minLength, maxLength or None, the pattern's ``Track`` or None) of a string there that the filter
+    counts."""
 
     __slots__ = ("obj", "alts", "arr", "check", "length")
 
@@ -64,7 +65,7 @@ class Val:
         self.alts: tuple[Obj, ...] = ()
         self.arr: _Arr | None = None
         self.check: frozenset | None = None
-        self.length: tuple[int, int | None] | None = None
+        self.length: tuple | None = None
 
 
 class Obj:

@@ -16,6 +16,7 @@ class VocabTables:
     def __init__(self, info: xgr.TokenizerInfo) -> None:
         self.tokens: list[bytes] = token_bytes(info)
         self.extra: dict[str, object] = {}  # tables the filter makes when first needed (filter._count_tables)
+        self.longest = max(map(len, self.tokens), default=0)  # bytes of the longest token (at least its characters)
         self.words = (info.vocab_size + 31) // 32
         rel = {name: np.zeros(self.words * 32, dtype=bool) for name in
                ("S", "SE", "L", "Kq", "Nall", "Nopen", "Sw", "SEw", "Lw", "Nw", "Xc")}

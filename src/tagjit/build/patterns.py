@@ -17,6 +17,7 @@ characters: raw where JSON allows, the short escapes, ``\\uXXXX`` in any hex cas
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from functools import lru_cache
@@ -713,15 +714,13 @@ def node_automaton(node: dict) -> Lengths:
 
 
 def lengths_apart(node: dict) -> str | None:
-    """Whether a normalised string node's minLength/maxLength are better counted apart from its ``pattern``/
-    ``format`` (by a token filter) than written into one automaton with them, and how the string is written then:
-    None (one automaton), ``"own"`` (tagjit's automaton of the pattern/format alone, which takes every JSON spelling)
-    or ``"rule"`` (xgrammar's regex rule, as for a pattern alone). Apart where the automaton with the lengths is too
-    large to build or for xgrammar to precompute its masks (over ``PRECOMPUTED_STATES``: 10-60 ms a token at a 151k
-    vocabulary), and only where counting apart cannot strand a string: no minLength, and no prefix within maxLength
-    from which the pattern needs more characters than are left (``_strands``). A filter that counts characters
-    without the pattern's state would otherwise let the text into a corner no token leaves (``format: email`` with
-    ``maxLength``: 1020 characters of local part)."""
+    """Whether a normalised string node's maxLength is better counted apart from its ``pattern``/``format``: None (one
+    automaton with it) or ``"own"`` (tagjit's automaton of the pattern/format alone, which takes every JSON spelling,
+    and a token filter that counts characters and runs the same automaton, ``Track``, so that no text passes the point
+    where the pattern can still end within maxLength). Apart where the automaton with the lengths is too large to
+    build or for xgrammar to precompute its masks (over ``PRECOMPUTED_STATES``: 10-60 ms a token at a 151k vocabulary)
+    and the one alone is not; a minLength beside a pattern stays in one automaton (whether a long enough ending
+    exists needs every length the pattern can still take, not only the fewest)."""
     pattern = node["pattern"] if isinstance(node.get("pattern"), str) else None
     fmt = format_pattern(node["format"]) if isinstance(node.get("format"), str) else None
     lo, hi = bounds(node)
@@ -734,48 +733,74 @@ def lengths_apart(node: dict) -> str | None:
     except PatternProblem as e:
         if not e.size:
             return None
+    alone = track(node)
+    if alone is None or alone.states > PRECOMPUTED_STATES and not (pattern is not None and _names_backslash(pattern)):
+        return None  # xgrammar's rule alone could read a character otherwise than the Track beside it
+    return "own"
+
+
+class Track:
+    """A pattern's automaton as a token filter runs it beside a character count: each state's transitions by code
+    point, and the fewest characters from each state to an accepting one (``need``), so that the count never lets a
+    string past the point where the pattern can still end within maxLength."""
+
+    def __init__(self, a: Lengths) -> None:
+        self.states = len(a.edges)
+        self.starts: list[list[int]] = []
+        self.ranges: list[list[tuple[int, int, int]]] = []
+        for out in a.edges:
+            ranges = sorted((lo, hi, t) for key, t in out.items() for lo, hi in a.classes[key])
+            self.ranges.append(ranges)
+            self.starts.append([r[0] for r in ranges])
+        back: list[list[int]] = [[] for _ in a.edges]
+        for s, out in enumerate(a.edges):
+            for t in out.values():
+                back[t].append(s)
+        self.need = [0 if f else -1 for f in a.final]
+        todo = [s for s, f in enumerate(a.final) if f]
+        for s in todo:
+            for r in back[s]:
+                if self.need[r] < 0:
+                    self.need[r] = self.need[s] + 1
+                    todo.append(r)
+        self.most_need = max(self.need, default=0)
+        # The fewest characters to an accepting state that reads one more first (a character begun, not whole yet)
+        self.after = [1 + min((self.need[t] for t in out.values()), default=1 << 30) for out in a.edges]
+
+    def after_codes(self, state: int, spans: list[tuple[int, int]]) -> int:
+        """The fewest characters to an accepting state that reads first one character of ``spans`` (code point
+        ranges: a character begun, not whole yet); over ``1 << 30`` where the pattern reads none of them."""
+        best = 1 << 30
+        for lo, hi, t in self.ranges[state]:
+            if self.need[t] < best and any(lo <= b and a <= hi for a, b in spans):
+                best = self.need[t]
+        return 1 + best
+
+    def step(self, state: int, code: int) -> int:
+        """The state after one character, or -1 where the pattern cannot read it."""
+        i = bisect.bisect_right(self.starts[state], code) - 1
+        if i < 0:
+            return -1
+        lo, hi, t = self.ranges[state][i]
+        return t if code <= hi else -1
+
+
+def track(node: dict) -> Track | None:
+    """The ``Track`` of a normalised string node's pattern and/or format, its lengths aside (None: none is built)."""
+    pattern = node["pattern"] if isinstance(node.get("pattern"), str) else None
+    fmt = format_pattern(node["format"]) if isinstance(node.get("format"), str) else None
+    if pattern is None and fmt is None:
+        return None
+    return _track(pattern or fmt, fmt if pattern is not None else None)
+
+
+@lru_cache(maxsize=256)
+def _track(first: str, also: str | None) -> Track | None:
     try:
-        alone = lengths_automaton(first, 0, None, also=also)
+        a = lengths_automaton(first, 0, None, also=also)
     except PatternProblem:
         return None
-    if alone.empty() or _strands(alone, hi):
-        return None
-    if len(alone.edges) <= PRECOMPUTED_STATES or pattern is not None and _names_backslash(pattern):
-        return "own"
-    return "rule"
-
-
-def _strands(a: Lengths, hi: int | None) -> bool:
-    """Whether some prefix of at most ``hi`` characters that the minimal automaton ``a`` (start 0, every state alive)
-    reads needs more characters than are left to reach an accepting state."""
-    if hi is None:
-        return False
-    n = len(a.edges)
-    back: list[list[int]] = [[] for _ in range(n)]
-    indegree = [0] * n
-    for s, out in enumerate(a.edges):
-        for t in out.values():
-            back[t].append(s)
-            indegree[t] += 1
-    need = [0 if a.final[s] else -1 for s in range(n)]  # fewest characters to an accepting state
-    todo = [s for s in range(n) if a.final[s]]
-    for s in todo:
-        for r in back[s]:
-            if need[r] < 0:
-                need[r] = need[s] + 1
-                todo.append(r)
-    # Most characters read to reach each state; None where a cycle comes first (any number).
-    depth: list[int | None] = [None] * n
-    depth[0] = 0 if indegree[0] == 0 else None
-    ready = [0] if indegree[0] == 0 else []
-    for s in ready:
-        for t in a.edges[s].values():
-            depth[t] = max(depth[t] or 0, depth[s] + 1)
-            indegree[t] -= 1
-            if indegree[t] == 0:
-                ready.append(t)
-    left = set(range(n)) - set(ready)
-    return any(need[s] > 0 and (s in left or depth[s] is None or depth[s] + need[s] > hi) for s in range(n))
+    return None if a.empty() else Track(a)
 
 
 def format_lengths_problem(node: dict) -> str | None:

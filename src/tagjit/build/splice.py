@@ -21,7 +21,7 @@ import xgrammar as xgr
 from tagjit.build.bounded_strings import FILTER_COUNTED, RULE_PREFIX as LENGTH_PREFIX, counted, length_rules
 from tagjit.build.numbers import (NONINTEGRAL, RANGE_PREFIX, RULE_PREFIX, VALUE_PREFIX, Range, TooLarge,
                                   automaton_rules, is_number, multiples, own_range, range_rules, value_rules)
-from tagjit.build.patterns import EXCEPT, RULE_PREFIX as PATTERN_PREFIX, lengths_rules, node_automaton
+from tagjit.build.patterns import EXCEPT, RULE_PREFIX as PATTERN_PREFIX, Track, lengths_rules, node_automaton, track
 from tagjit.build.keys import (PRECOMPUTED_KEY_STATES, RULE_PREFIX as KEY_PREFIX, is_key_text, key_expr, key_rules,
                                key_states)
 from tagjit.build.printed import swap_const_literals, swap_key_regexes
@@ -52,8 +52,9 @@ class Lifted:
         self.rules: dict[str, tuple[str, list[str]]] = {}  # placeholder -> (rule name, rules)
         self.key_states = 0  # states of the property-name automata whose masks xgrammar precomputes
         self.key_exprs: dict[str, dict] = {}  # placeholder of a patternProperties key -> its language
-        # id of a lifted string node -> (minLength, maxLength or None) that the token filter counts (FILTER_COUNTED)
-        self.counts: dict[int, tuple[int, int | None]] = {}
+        # id of a lifted string node -> (minLength, maxLength or None, its pattern's Track or None) that the token
+        # filter counts (FILTER_COUNTED)
+        self.counts: dict[int, tuple[int, int | None, Track | None]] = {}
 
     def _placeholder(self, prefix: str, rules: Any) -> str:
         """A new placeholder constant for the rules ``rules(name)`` under a fresh rule name."""
@@ -78,7 +79,7 @@ class Lifted:
             if EXCEPT in out:  # a pattern that is tagjit's automaton alone
                 out = self._split(out, None, None)
             lo, hi = n[FILTER_COUNTED]
-            self.counts[id(out)] = (lo, hi)
+            self.counts[id(out)] = (lo, hi, track(n))
             return out
         for k, v in n.items():
             if k in MAPS and isinstance(v, dict):
