@@ -101,6 +101,8 @@ def json_cases(n: int) -> list[Case]:
     """``n`` JSONSchemaBench schemas with a valid object instance, spread over MaskBench's non-BFCL files."""
     files = sorted(f for f in glob.glob(os.path.join(MASKBENCH, "*.json")) if not os.path.basename(f).startswith("BFCL"))
     out: list[Case] = []
+    if n <= 0:
+        return out
     stride = max(1, len(files) // (3 * n))
     for path in files[::stride]:
         found = _valid_object(path)
@@ -143,7 +145,7 @@ def tool_cases(n: int) -> list[Case]:
         (name, params), = schema["properties"].items() if len(schema.get("properties", {})) == 1 else [(None, None)]
         if name and isinstance(params, dict) and isinstance(data.get(name), dict) and "." not in name:
             found.append((name, params, data[name]))
-    stride = max(1, len(found) // n)
+    stride = max(1, len(found) // max(n, 1))
     picked = found[::stride][:n]
     out = []
     for i, (name, params, args) in enumerate(picked):

@@ -16,7 +16,6 @@ import re
 
 import numpy as np
 import pytest
-import xgrammar as xgr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,20 +30,10 @@ from tagjit.runtime.matcher import allocate_token_bitmask
 from tagjit.tools import build_tool_tag
 from tagjit.tools.tag import answer_content
 from test_pattern_lengths import _spell, valid
+from test_string_lengths import accepts, plain  # noqa: F401 (plain: a compile service without a vocabulary)
 
 UNTIMED = settings(deadline=None, max_examples=60)
 LONG = MAX_COUNTED + 44  # 300: above the count rules
-
-
-@pytest.fixture(scope="module")
-def plain() -> CompileService:
-    """Grammars and filters without a vocabulary: many schemas compile quickly."""
-    return CompileService(xgr.TokenizerInfo([]), UNHURRIED)
-
-
-def accepts(svc: CompileService, schema, text: str) -> bool:
-    g = svc.grammar(Constraint.of(Kind.JSON, schema))
-    return g.accept_string(text) and g.is_completed()
 
 
 def note(lo: int, hi: int | None) -> dict:

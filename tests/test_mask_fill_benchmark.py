@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 
 from benchmark_modules import load_benchmark
+from pools import UNHURRIED
+from tagjit import UnsupportedFeatureError
+from tagjit.build.grammars import json_schema_grammar
 
 
 @pytest.fixture(scope="module")
@@ -36,3 +39,16 @@ def test_wrapper_cost_is_not_measured_where_a_row_has_no_plain_matcher(bench, qw
     ready, _ = bench.prepare(impl, [case], encode, bitmask)
     assert len(ready) == 1
     assert bench.wrapper_cost(impl, ready, 1, 10, bitmask) == []
+
+
+def test_the_long_workload_walks_schemas_whose_long_strings_the_filter_counts(bench):
+    cases = bench.long_cases(4)
+    assert len(cases) == 4
+    counted = 0
+    for case in cases:
+        assert case.workload == "long" and bench._long_bound(case.schema)
+        try:
+            counted += json_schema_grammar(case.schema, UNHURRIED).filter_spec is not None
+        except UnsupportedFeatureError:
+            pass  # a row's refused column
+    assert counted >= 3
