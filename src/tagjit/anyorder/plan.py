@@ -288,7 +288,7 @@ class AnyOrderPlan:
             val.arr = self._arr(tracked_arrs[0])
         counted = [x for x in leaves if id(x) in self.counts]
         if counted:
-            if len([x for x in leaves if _admits_string(x)]) > 1:  # which string it is, only the grammar knows
+            if len([x for x in leaves if admits(x, "string")]) > 1:  # which string it is, only the grammar knows
                 raise _Ambiguous(where, {id(x) for x in counted})
             val.length = self.counts[id(counted[0])]
         return val
@@ -546,24 +546,17 @@ def _refs_into_root(schema: dict) -> bool:
     return any(r.startswith("#/") and not r.startswith(("#/$defs/", "#/definitions/")) for r in refs)
 
 
-def _admits_string(node: dict) -> bool:
-    t = node.get("type")
-    if isinstance(t, (str, list)):
-        return t == "string" or isinstance(t, list) and "string" in t
-    if "const" in node:
-        return isinstance(node["const"], str)
-    if isinstance(node.get("enum"), list):
-        return any(isinstance(v, str) for v in node["enum"])
-    return True
+_PYTHON_TYPES = {"object": dict, "array": list, "string": str}
 
 
 def admits(node: dict, kind: str) -> bool:
+    """Whether a leaf schema may take a value of ``kind`` ("object", "array" or "string")."""
     t = node.get("type")
     if isinstance(t, str):
         return t == kind
     if isinstance(t, list):
         return kind in t
-    want = dict if kind == "object" else list
+    want = _PYTHON_TYPES[kind]
     if "const" in node:
         return isinstance(node["const"], want)
     if isinstance(node.get("enum"), list):

@@ -713,30 +713,31 @@ def node_automaton(node: dict) -> Lengths:
     return lengths_automaton(pattern, *bounds(node), also=fmt)
 
 
-def lengths_apart(node: dict) -> str | None:
-    """Whether a normalised string node's maxLength is better counted apart from its ``pattern``/``format``: None (one
-    automaton with it) or ``"own"`` (tagjit's automaton of the pattern/format alone, which takes every JSON spelling,
-    and a token filter that counts characters and runs the same automaton, ``Track``, so that no text passes the point
-    where the pattern can still end within maxLength). Apart where the automaton with the lengths is too large to
-    build or for xgrammar to precompute its masks (over ``PRECOMPUTED_STATES``: 10-60 ms a token at a 151k vocabulary)
-    and the one alone is not; a minLength beside a pattern stays in one automaton (whether a long enough ending
-    exists needs every length the pattern can still take, not only the fewest)."""
+def lengths_apart(node: dict) -> bool:
+    """Whether a normalised string node's maxLength is better counted apart from its ``pattern``/``format``: the
+    pattern/format alone as tagjit's automaton (which takes every JSON spelling), beside a token filter that counts
+    characters and runs the same automaton (``Track``), so that no text passes the point where the pattern can still
+    end within maxLength. Apart where the automaton with the lengths is too large to build or for xgrammar to
+    precompute its masks (over ``PRECOMPUTED_STATES``: 10-60 ms a token at a 151k vocabulary) and the one alone is
+    not; a minLength beside a pattern stays in one automaton (whether a long enough ending exists needs every length
+    the pattern can still take, not only the fewest)."""
     pattern = node["pattern"] if isinstance(node.get("pattern"), str) else None
     fmt = format_pattern(node["format"]) if isinstance(node.get("format"), str) else None
     lo, hi = bounds(node)
     if lo > 0 or isinstance(node.get("format"), str) and fmt is None:
-        return None
+        return False
     first, also = (pattern, fmt) if pattern is not None else (fmt, None)
     try:
         if len(lengths_automaton(first, lo, hi, also=also).edges) <= PRECOMPUTED_STATES:
-            return None
+            return False
     except PatternProblem as e:
         if not e.size:
-            return None
+            return False
     alone = track(node)
-    if alone is None or alone.states > PRECOMPUTED_STATES and not (pattern is not None and _names_backslash(pattern)):
-        return None  # xgrammar's rule alone could read a character otherwise than the Track beside it
-    return "own"
+    # Alone over PRECOMPUTED_STATES its masks are the parser's too, worth it only where xgrammar's rule would misread
+    # a backslash.
+    return alone is not None and (alone.states <= PRECOMPUTED_STATES or pattern is not None
+                                  and _names_backslash(pattern))
 
 
 class Track:

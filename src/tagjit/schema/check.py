@@ -100,40 +100,35 @@ def prepared(text: str, strict: bool = True) -> Any:
 def _filter_counted(schema: dict, uncounted: frozenset[str]) -> dict:
     """The schema with each string's lengths that the grammar cannot count exactly under ``FILTER_COUNTED`` (but
     at the ``uncounted`` paths)."""
-    if not any("minLength" in node or "maxLength" in node for node, _ in subschemas(schema)):
+    paths = {path_text(path) for node, path in subschemas(schema) if _filter_counts(node)} - uncounted
+    if not paths:
         return schema
     schema = copy.deepcopy(schema)  # normalize may hand back the caller's own nodes
-    found: dict[int, tuple[dict, str]] = {}  # a shared node once
-    for node, path in subschemas(schema):
-        if id(node) not in found and (not uncounted or path_text(path) not in uncounted):
-            how = _filter_counts(node)
-            if how is not None:
-                found[id(node)] = (node, how)
-    for node, how in found.values():
+    found = {id(node): node for node, path in subschemas(schema) if path_text(path) in paths}  # a shared node once
+    for node in found.values():
         lo, hi = node.pop("minLength", 0), node.pop("maxLength", None)
         node[FILTER_COUNTED] = [int(lo), None if hi is None else int(hi)]
-        if how == "own":
+        if "pattern" in node or "format" in node:
             node[EXCEPT] = []  # the pattern/format alone as tagjit's automaton (patterns.lengths_apart)
     return schema
 
 
-def _filter_counts(node: dict) -> str | None:
-    """Whether a string node's lengths are the token filter's to count, and how its string is written then
-    (``patterns.lengths_apart``; ``"plain"`` without a pattern or format): alone above ``MAX_COUNTED``, or beside a
-    pattern or format whose automaton with them is too large to build or to precompute (the node exact without
-    them)."""
+def _filter_counts(node: dict) -> bool:
+    """Whether a string node's lengths are the token filter's to count: alone above ``MAX_COUNTED``, or a maxLength
+    beside a pattern or format whose automaton with it is too large to build or to precompute
+    (``patterns.lengths_apart``; the node exact without it)."""
     if "minLength" not in node and "maxLength" not in node:
-        return None
+        return False
     types = _types(node)
     if types and "string" not in types or not _BESIDE_COUNT.isdisjoint(node):
-        return None
+        return False
     lo, hi = node.get("minLength", 0), node.get("maxLength")
     if not _whole(lo) or hi is not None and (not _whole(hi) or hi < lo):
-        return None  # normalize's to judge
+        return False  # normalize's to judge
     if "pattern" not in node and "format" not in node:
-        return "plain" if counted(node) is None else None
+        return counted(node) is None
     if _node_problem({k: v for k, v in node.items() if k not in ("minLength", "maxLength")}) is not None:
-        return None  # refused without its lengths too: that is the feature to name
+        return False  # refused without its lengths too: that is the feature to name
     return lengths_apart(node)
 
 
